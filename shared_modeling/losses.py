@@ -1,0 +1,22 @@
+"""Pure loss functions of embeddings, reused by the training tools and their tests. Legend: B batch, D width."""
+
+import torch
+import torch.nn.functional as F
+
+
+def symmetric_info_nce(queries, keys, temperature):
+    """CLIP-style InfoNCE over in-batch negatives, averaged over both directions.
+
+    queries, keys: (B, D), row i of each is a positive pair; rows are L2-normalised here, so the logits are
+    cosines / temperature. Returns a scalar.
+    """
+    if temperature <= 0:
+        raise ValueError(f"temperature must be positive, got {temperature}")
+    logits = F.normalize(queries, dim=-1) @ F.normalize(keys, dim=-1).T / temperature  # (B, B)
+    targets = torch.arange(logits.shape[0], device=logits.device)
+    return (F.cross_entropy(logits, targets) + F.cross_entropy(logits.T, targets)) / 2
+
+
+def per_sample_mse(predictions, targets):
+    """Mean squared error of each row: (B, D), (B, D) -> (B,). Callers reduce (mean, mask, weight) themselves."""
+    return ((predictions - targets) ** 2).mean(dim=-1)

@@ -1,0 +1,56 @@
+"""Shared fixtures. The suite never reaches the Hugging Face Hub: offline mode and a private HF_HOME are set before
+transformers is imported, so remote-code modules are compiled into a throwaway cache."""
+
+import json
+import os
+import shutil
+import tempfile
+from pathlib import Path
+
+os.environ["HF_HUB_OFFLINE"] = "1"
+os.environ["HF_HOME"] = tempfile.mkdtemp(prefix="bundle-test-hf-home-")
+
+import pytest  # noqa: E402
+from transformers import AutoConfig, AutoModel  # noqa: E402
+
+ROOT = Path(__file__).resolve().parent.parent
+CAPTIONBERT = ROOT / "captionbert-8192-v2"
+DATA_DIR = Path(os.environ.get("BUNDLE_DATA_DIR", ROOT.parent / "shared" / "data"))
+
+# A tiny captionbert (real tokenizer, so the real vocabulary; every width small) for structural tests.
+TINY_CAPTIONBERT = dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=2, intermediate_size=64,
+                        max_position_embeddings=8192, output_dim=24)
+
+
+def captionbert_copy(destination, **overrides):
+    """Copy the captionbert Hub folder (code, config, tokenizer) to `destination` with config overrides."""
+    shutil.copytree(CAPTIONBERT, destination, ignore=shutil.ignore_patterns("__pycache__", "*.safetensors"))
+    config = json.loads((destination / "config.json").read_text())
+    config.update(overrides)
+    (destination / "config.json").write_text(json.dumps(config, indent=2))
+    return destination
+
+
+def build_from_folder(folder, seed=0):
+    """A randomly initialised model built by the folder's own remote code, the way users' code resolves it."""
+    import torch
+
+    torch.manual_seed(seed)
+    config = AutoConfig.from_pretrained(folder, trust_remote_code=True)
+    return AutoModel.from_config(config, trust_remote_code=True).eval()
+
+
+@pytest.fixture(scope="session")
+def tiny_captionbert(tmp_path_factory):
+    """(folder, model): a saved tiny captionbert with random weights, loadable by from_pretrained."""
+    folder = captionbert_copy(tmp_path_factory.mktemp("tiny") / "captionbert-tiny", **TINY_CAPTIONBERT)
+    model = build_from_folder(folder)
+    model.save_pretrained(folder)
+    return folder, AutoModel.from_pretrained(folder, trust_remote_code=True).eval()
+
+
+@pytest.fixture(scope="session")
+def data_dir():
+    if not (DATA_DIR / "sts").is_dir():
+        pytest.fail(f"shared data not found at {DATA_DIR}: put ../shared beside the clone or set BUNDLE_DATA_DIR")
+    return DATA_DIR

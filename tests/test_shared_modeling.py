@@ -1,0 +1,106 @@
+"""shared_modeling: attention dispatch, pooling, geometry gauges and losses, checked against known values."""
+
+import math
+
+import pytest
+import torch
+
+from shared_modeling.geometry import erank, self_cos
+from shared_modeling.layers import Encoder, attention
+from shared_modeling.losses import per_sample_mse, symmetric_info_nce
+from shared_modeling.pooling import l2_normalize, masked_mean_pool
+
+
+def test_sdpa_and_eager_agree_and_ignore_padded_keys():
+    torch.manual_seed(0)
+    q, k, v = (torch.randn(3, 4, 7, 8, dtype=torch.float64) for _ in range(3))
+    mask = torch.ones(3, 7, dtype=torch.bool)
+    mask[1, 5:] = False
+    mask[2, 2:] = False
+    sdpa = attention(q, k, v, mask, "sdpa")
+    eager = attention(q, k, v, mask, "eager")
+    torch.testing.assert_close(sdpa, eager, rtol=1e-10, atol=1e-10)
+    # Changing what sits under the padding must not change any output.
+    k2, v2 = k.clone(), v.clone()
+    k2[1, :, 5:] += 100.0
+    v2[2, :, 2:] -= 50.0
+    torch.testing.assert_close(attention(q, k2, v2, mask, "sdpa"), sdpa, rtol=1e-10, atol=1e-10)
+    # No mask equals an all-true mask.
+    full = torch.ones(3, 7, dtype=torch.bool)
+    torch.testing.assert_close(attention(q, k, v, None, "eager"), attention(q, k, v, full, "eager"))
+    with pytest.raises(ValueError, match="flash"):
+        attention(q, k, v, mask, "flash")
+
+
+def test_encoder_padding_does_not_change_real_tokens():
+    torch.manual_seed(0)
+    encoder = Encoder(num_layers=2, hidden_size=16, num_heads=4, intermediate_size=32, layer_norm_eps=1e-12,
+                      dropout=0.0).double().eval()
+    short = torch.randn(1, 5, 16, dtype=torch.float64)
+    padded = torch.cat([short, torch.randn(1, 3, 16, dtype=torch.float64)], dim=1)
+    mask = torch.tensor([[True] * 5 + [False] * 3])
+    for implementation in ("sdpa", "eager"):
+        out_short = encoder(short, None, implementation)
+        out_padded = encoder(padded, mask, implementation)
+        torch.testing.assert_close(out_padded[:, :5], out_short, rtol=1e-10, atol=1e-10)
+
+
+def test_masked_mean_pool_values():
+    states = torch.tensor([[[1.0, 2.0], [3.0, 4.0], [100.0, 100.0]],
+                           [[5.0, 6.0], [0.0, 0.0], [0.0, 0.0]]])
+    mask = torch.tensor([[1, 1, 0], [1, 0, 0]])
+    torch.testing.assert_close(masked_mean_pool(states, mask), torch.tensor([[2.0, 3.0], [5.0, 6.0]]))
+    assert masked_mean_pool(states, torch.zeros(2, 3)).abs().sum() == 0  # no NaN for an empty row
+
+
+def test_l2_normalize():
+    x = torch.tensor([[3.0, 4.0], [0.0, 0.0]])
+    torch.testing.assert_close(l2_normalize(x), torch.tensor([[0.6, 0.8], [0.0, 0.0]]))
+
+
+def test_self_cos_values():
+    assert self_cos(torch.ones(10, 5) * 3) == pytest.approx(1.0)
+    assert self_cos(torch.eye(6)) == pytest.approx(0.0, abs=1e-12)
+    # Three rows: cos(a, b) = 0.5, cos(a, c) = 0, cos(b, c) = sqrt(3)/2  -> mean of the three pairs.
+    rows = torch.tensor([[1.0, 0.0], [0.5, math.sqrt(3) / 2], [0.0, 2.0]])
+    assert self_cos(rows) == pytest.approx((0.5 + 0.0 + math.sqrt(3) / 2) / 3)
+    torch.manual_seed(0)
+    assert abs(self_cos(torch.randn(2000, 64))) < 0.01  # isotropic cloud
+    with pytest.raises(ValueError):
+        self_cos(torch.ones(1, 4))
+
+
+def test_erank_values():
+    torch.manual_seed(0)
+    isotropic = torch.randn(20000, 64)
+    assert erank(isotropic) == pytest.approx(64, rel=0.02)
+    low_rank = torch.randn(500, 3) @ torch.randn(3, 64)
+    assert erank(low_rank) <= 3 + 1e-9
+    assert erank(torch.randn(500, 1) @ torch.randn(1, 64)) == pytest.approx(1.0)
+    # Two orthogonal directions with variances 1 and 1/4 (std 1 and 1/2): PR = (1 + 1/4)^2 / (1 + 1/16) = 1.4706
+    signs = torch.tensor([[1.0, 1.0], [1.0, -1.0], [-1.0, 1.0], [-1.0, -1.0]])
+    scaled = signs * torch.tensor([1.0, 0.5])
+    assert erank(scaled) == pytest.approx((1 + 0.25) ** 2 / (1 + 0.0625))
+
+
+def test_symmetric_info_nce_values():
+    # Orthonormal pairs, cosine 1 on the diagonal and 0 elsewhere: loss = log(1 + (B-1) e^{-1/T}).
+    batch, temperature = 4, 0.5
+    eye = torch.eye(batch)
+    expected = math.log(1 + (batch - 1) * math.exp(-1 / temperature))
+    assert symmetric_info_nce(eye, eye, temperature).item() == pytest.approx(expected, rel=1e-6)
+    # Scale does not matter (rows are normalised), and it is symmetric in its arguments.
+    torch.manual_seed(0)
+    a, b = torch.randn(8, 16), torch.randn(8, 16)
+    assert symmetric_info_nce(a * 7, b, 0.07).item() == pytest.approx(symmetric_info_nce(a, b, 0.07).item(), rel=1e-5)
+    assert symmetric_info_nce(a, b, 0.07).item() == pytest.approx(symmetric_info_nce(b, a, 0.07).item(), rel=1e-6)
+    # Very high temperature -> uniform softmax -> log(B).
+    assert symmetric_info_nce(a, b, 1e6).item() == pytest.approx(math.log(8), rel=1e-4)
+    with pytest.raises(ValueError):
+        symmetric_info_nce(a, b, 0.0)
+
+
+def test_per_sample_mse_values():
+    predictions = torch.tensor([[1.0, 2.0], [0.0, 0.0]])
+    targets = torch.tensor([[1.0, 0.0], [3.0, 1.0]])
+    torch.testing.assert_close(per_sample_mse(predictions, targets), torch.tensor([2.0, 5.0]))

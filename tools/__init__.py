@@ -1,0 +1,1 @@
+"""The bundle's build steps, one linear script per job (`python -m tools.<name> --help`)."""

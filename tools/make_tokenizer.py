@@ -1,0 +1,55 @@
+"""Write captionbert-8192-v2's tokenizer files (bert-base-uncased WordPiece) into its Hub folder.
+
+The vocabulary is taken from the installed all-MiniLM-L6-v2 package, whose vocab.txt is bert-base-uncased's, so
+nothing is downloaded. The tokenizer is re-saved with the model's 8,192-token limit and without token_type_ids
+(captionbert is a single-segment encoder).
+
+Usage:
+    python -m tools.make_tokenizer                     # writes into captionbert-8192-v2/
+    python -m tools.make_tokenizer --out some/folder
+"""
+
+import argparse
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+from transformers import AutoTokenizer
+
+from tools import teachers
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+@dataclass
+class Config:
+    out: Path = ROOT / "captionbert-8192-v2"  # the folder to write tokenizer files into
+    max_length: int = 8192  # model_max_length recorded in tokenizer_config.json
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--out", type=Path, default=Config.out, help="folder to write the tokenizer into")
+    parser.add_argument("--max-length", type=int, default=Config.max_length, help="model_max_length to record")
+    config = Config(**{k.replace("-", "_"): v for k, v in vars(parser.parse_args(argv)).items()})
+
+    source = teachers.minilm_l6_folder()
+    tokenizer = AutoTokenizer.from_pretrained(
+        source, model_max_length=config.max_length, model_input_names=["input_ids", "attention_mask"]
+    )
+    if len(tokenizer) != 30522 or not tokenizer.do_lower_case:
+        raise SystemExit(f"{source} does not hold the bert-base-uncased vocabulary ({len(tokenizer)} tokens)")
+    # Drop the source's baked-in truncation/padding (128 tokens) and its load-time bookkeeping.
+    tokenizer.backend_tokenizer.no_truncation()
+    tokenizer.backend_tokenizer.no_padding()
+    for key in ("name_or_path", "is_local", "local_files_only", "max_length", "stride", "truncation_strategy",
+                "pad_to_multiple_of"):
+        tokenizer.init_kwargs.pop(key, None)
+    config.out.mkdir(parents=True, exist_ok=True)
+    written = tokenizer.save_pretrained(config.out)
+    print(f"wrote {len(written)} tokenizer files from {source} into {config.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
