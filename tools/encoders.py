@@ -1,0 +1,169 @@
+"""Text encoders behind one interface: `encoder.encode(list_of_str) -> (N, D) float32, rows L2-normalised`.
+
+The kinds a user can point at (`load(spec)` tells them apart):
+    teacher:<name>                  a teacher installed from PyPI (see tools/teachers.py): all-mpnet-base-v2,
+                                    all-MiniLM-L6-v2, paraphrase-MiniLM-L3-v2
+    <folder with modules.json>      a sentence-transformers folder (its own pooling and max_seq_length)
+    <folder whose config has auto_map>  a captionbert-style remote-code folder (its own `encode`)
+    <other HF folder>               a plain transformers encoder, masked-mean-pooled
+    <owner/name>                    a Hub repo id, resolved to its snapshot folder (the local cache when offline)
+    <file.onnx>                     an ONNX encoder emitting token states, masked-mean-pooled; it needs a tokenizer
+                                    folder and the name of its token-state output
+Every kind sorts texts by length before batching and restores the input order.
+"""
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+from tqdm.auto import tqdm
+
+from shared_modeling.pooling import l2_normalize, masked_mean_pool
+from tools import teachers
+
+
+@dataclass
+class EncodeOptions:
+    batch_size: int = 64  # texts per forward pass
+    max_length: int = 512  # token limit for plain HF and ONNX encoders (ST and remote-code folders use their own)
+    show_progress: bool = True  # tqdm bar per encoder
+
+
+def _length_sorted_batches(token_lengths, batch_size):
+    """Index batches over texts sorted longest first."""
+    order = np.argsort(-np.asarray(token_lengths), kind="stable")
+    return [order[i:i + batch_size] for i in range(0, len(order), batch_size)]
+
+
+class SentenceTransformerEncoder:
+    kind = "sentence-transformers"
+
+    def __init__(self, folder, options):
+        from sentence_transformers import SentenceTransformer
+
+        self.model = SentenceTransformer(str(folder), device="cpu", local_files_only=True)
+        self.options = options
+        self.max_length = self.model.max_seq_length
+
+    def encode(self, texts):
+        return self.model.encode(list(texts), batch_size=self.options.batch_size, convert_to_numpy=True,
+                                 normalize_embeddings=True, show_progress_bar=self.options.show_progress)
+
+
+class RemoteCodeEncoder:
+    """A folder (or cached Hub repo) whose model defines `encode`, like captionbert-8192-v2."""
+
+    kind = "remote-code"
+
+    def __init__(self, folder, options):
+        from transformers import AutoModel
+
+        self.model = AutoModel.from_pretrained(str(folder), trust_remote_code=True).eval()
+        self.options = options
+        self.max_length = self.model.config.max_position_embeddings
+
+    def encode(self, texts):
+        return self.model.encode(list(texts), batch_size=self.options.batch_size,
+                                 show_progress_bar=self.options.show_progress)
+
+
+class _TokenStateEncoder:
+    """Shared body of the mean-pooled encoders: tokenize, length-sort, run `token_states`, pool, normalise."""
+
+    def __init__(self, tokenizer, options):
+        self.tokenizer = tokenizer
+        self.options = options
+        self.max_length = options.max_length
+
+    def encode(self, texts):
+        texts = list(texts)
+        ids = self.tokenizer(texts, truncation=True, max_length=self.max_length)["input_ids"]
+        out = np.zeros((len(texts), 0), dtype=np.float32)
+        batches = _length_sorted_batches([len(x) for x in ids], self.options.batch_size)
+        for rows in tqdm(batches, desc=self.kind, disable=not self.options.show_progress):
+            batch = self.tokenizer.pad({"input_ids": [ids[i] for i in rows]}, return_tensors="pt")
+            states = self.token_states(batch["input_ids"], batch["attention_mask"])  # (B, T, D)
+            pooled = l2_normalize(masked_mean_pool(states.float(), batch["attention_mask"])).numpy()
+            if out.shape[1] == 0:
+                out = np.zeros((len(texts), pooled.shape[1]), dtype=np.float32)
+            out[rows] = pooled
+        return out
+
+
+class HFEncoder(_TokenStateEncoder):
+    kind = "transformers"
+
+    def __init__(self, folder, options):
+        from transformers import AutoModel, AutoTokenizer
+
+        super().__init__(AutoTokenizer.from_pretrained(str(folder)), options)
+        self.model = AutoModel.from_pretrained(str(folder)).eval()
+
+    def token_states(self, input_ids, attention_mask):
+        with torch.inference_mode():
+            return self.model(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
+
+
+class OnnxEncoder(_TokenStateEncoder):
+    kind = "onnx"
+
+    def __init__(self, path, tokenizer_folder, output_name, options):
+        import onnxruntime
+        from transformers import AutoTokenizer
+
+        super().__init__(AutoTokenizer.from_pretrained(str(tokenizer_folder)), options)
+        self.session = onnxruntime.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+        outputs = [o.name for o in self.session.get_outputs()]
+        if output_name not in outputs:
+            raise ValueError(f"{path} has no output {output_name!r}; its outputs are {outputs}")
+        self.output_name = output_name
+
+    def token_states(self, input_ids, attention_mask):
+        feed = {"input_ids": input_ids.numpy().astype(np.int64),
+                "attention_mask": attention_mask.numpy().astype(np.int64)}
+        return torch.from_numpy(self.session.run([self.output_name], feed)[0])
+
+
+TEACHERS = ("all-mpnet-base-v2", "all-MiniLM-L6-v2", "paraphrase-MiniLM-L3-v2")
+
+
+def load(spec, options=None, onnx_tokenizer=None, onnx_output=None):
+    """Build an encoder from a spec string (see the module docstring). Returns (name, encoder)."""
+    options = options or EncodeOptions()
+    if spec.startswith("teacher:"):
+        name = spec.split(":", 1)[1]
+        if name == "all-mpnet-base-v2":
+            return name, SentenceTransformerEncoder(teachers.mpnet_base_folder(), options)
+        if name == "all-MiniLM-L6-v2":
+            return name, SentenceTransformerEncoder(teachers.minilm_l6_folder(), options)
+        if name == "paraphrase-MiniLM-L3-v2":
+            # Its sentence-transformers config caps inputs at 128 tokens; the ONNX graph carries no such setting.
+            capped = EncodeOptions(options.batch_size, min(options.max_length, 128), options.show_progress)
+            return name, OnnxEncoder(teachers.paraphrase_minilm_l3_onnx(), teachers.minilm_l6_folder(),
+                                     teachers.PARAPHRASE_MINILM_ONNX_OUTPUT, capped)
+        raise ValueError(f"unknown teacher {name!r}; known: {', '.join(TEACHERS)}")
+
+    path, name = Path(spec), Path(spec).name
+    if not path.exists() and spec.count("/") == 1 and not spec.startswith((".", "/")):
+        from huggingface_hub import snapshot_download
+
+        # A Hub repo id (owner/name): fetched, or found in the local cache when HF_HUB_OFFLINE=1.
+        path, name = Path(snapshot_download(spec)), spec.split("/")[1]
+    if path.suffix == ".onnx":
+        if not path.is_file():
+            raise FileNotFoundError(f"ONNX file {path} not found")
+        if onnx_tokenizer is None or onnx_output is None:
+            raise ValueError("an ONNX encoder needs --onnx-tokenizer (a tokenizer folder) and --onnx-output")
+        return path.stem, OnnxEncoder(path, onnx_tokenizer, onnx_output, options)
+    if not path.is_dir():
+        raise FileNotFoundError(f"{spec!r} is neither teacher:<name>, an existing folder or ONNX file, nor a repo id")
+    if (path / "modules.json").exists():
+        return name, SentenceTransformerEncoder(path, options)
+    config = json.loads((path / "config.json").read_text()) if (path / "config.json").exists() else None
+    if config is None:
+        raise ValueError(f"{path} holds neither modules.json nor config.json: not a model folder")
+    if "auto_map" in config:
+        return name, RemoteCodeEncoder(path, options)
+    return name, HFEncoder(path, options)

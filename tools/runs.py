@@ -1,0 +1,89 @@
+"""Run records: every tool writes its outputs into a run folder that says how they were made.
+
+A run folder holds config.json (the resolved dataclass config), run.json (command line, git revision and dirty
+flag, library versions, start/end time) and whatever the tool writes (metrics.json, tables, checkpoints).
+Model cards and later steps read these files; numbers are never typed by hand.
+"""
+
+import dataclasses
+import json
+import os
+import platform
+import subprocess
+import sys
+import time
+from importlib import metadata
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+LIBRARIES = ("torch", "transformers", "tokenizers", "sentence-transformers", "safetensors", "numpy", "scipy",
+             "onnxruntime", "accelerate")
+
+
+def default_data_dir():
+    """../shared/data beside the project, unless BUNDLE_DATA_DIR says otherwise."""
+    return Path(os.environ.get("BUNDLE_DATA_DIR", ROOT.parent / "shared" / "data"))
+
+
+def git_revision():
+    """(commit, dirty) of the project checkout, or (None, None) outside git."""
+    try:
+        commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True,
+                                check=True).stdout.strip()
+        dirty = bool(subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=ROOT,
+                                    capture_output=True, text=True, check=True).stdout.strip())
+        return commit, dirty
+    except (OSError, subprocess.CalledProcessError):
+        return None, None
+
+
+def library_versions():
+    versions = {"python": platform.python_version()}
+    for name in LIBRARIES:
+        try:
+            versions[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            versions[name] = None
+    return versions
+
+
+def _jsonable(value):
+    return str(value) if isinstance(value, Path) else value
+
+
+def write_json(path, payload):
+    """Write JSON atomically (temp file + rename), so a killed run never leaves half a file."""
+    path = Path(path)
+    temporary = path.with_name(path.name + ".tmp")
+    temporary.write_text(json.dumps(payload, indent=2, default=_jsonable) + "\n")
+    os.replace(temporary, path)
+
+
+class RunRecord:
+    """Context manager that creates `folder`, records the config and environment, and stamps the end time."""
+
+    def __init__(self, folder, config, tool):
+        self.folder = Path(folder)
+        self.config = config
+        self.tool = tool
+
+    def __enter__(self):
+        self.folder.mkdir(parents=True, exist_ok=True)
+        write_json(self.folder / "config.json", dataclasses.asdict(self.config))
+        commit, dirty = git_revision()
+        self.info = {"tool": self.tool, "argv": sys.argv, "git_commit": commit, "git_dirty": dirty,
+                     "versions": library_versions(), "machine": platform.machine(), "cpus": os.cpu_count(),
+                     "started": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
+        write_json(self.folder / "run.json", self.info)
+        return self
+
+    def __exit__(self, exc_type, exc, tb):
+        self.info["finished"] = time.strftime("%Y-%m-%dT%H:%M:%S%z")
+        self.info["status"] = "ok" if exc_type is None else f"failed: {exc_type.__name__}: {exc}"
+        write_json(self.folder / "run.json", self.info)
+        return False
+
+
+def timestamped(parent, name):
+    """runs/<name>/<YYYYmmdd-HHMMSS> under `parent`."""
+    return Path(parent) / name / time.strftime("%Y%m%d-%H%M%S")
