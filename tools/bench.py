@@ -1,0 +1,253 @@
+"""Benchmark captionbert-8192-v2 on this machine's CPU against a transformers.BertModel of identical shape.
+
+Both models get random weights (speed does not depend on them) and the same inputs: a seeded sample of Flickr8k
+captions, tokenized by captionbert's tokenizer. One run measures:
+
+  1. Throughput, fp32 and bf16 autocast; repeats alternate between the two contenders, the median is reported.
+     (a) forward only: the same padded batches in the same order for both; BertModel keeps its default sdpa
+         attention and its token states are mean-pooled, so both do the same work. Target: captionbert >= 1.3x.
+     (b) end to end: captionbert.encode(texts) (sorts by length) vs the naive HF pipeline (tokenize each batch in
+         the given order, pad to its longest, BertModel forward, masked mean pool, L2-normalise). Target >= 1.3x.
+  2. captionbert's achieved GFLOP/s in (b) over this machine's matmul peak in the same dtype (a large square
+     matmul, best of a few). Model FLOPs per batch = real tokens x (2 x trunk linear weights + 4 x T x D x layers),
+     T the batch's padded length: padding is counted as overhead, not work. Target >= 50%.
+  3. One long input (8,192 tokens, fp32): the forward's peak extra memory (ru_maxrss minus the RSS after the model
+     is built) and its time, SDPA vs eager attention, each in a fresh subprocess. Target: SDPA <= 0.25x eager memory.
+
+The table and report.json (with the raw timings) go to runs/bench/<timestamp>/ beside config.json and run.json.
+
+Usage:
+    python -m tools.bench                                                   # the full run, a few minutes
+    python -m tools.bench --captions 16 --repeats 1 --long-tokens 256 --tiny   # seconds: small shape, smoke test
+"""
+
+import argparse
+import gc
+import json
+import operator
+import os
+import random
+import resource
+import statistics
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+from torch import nn
+from tqdm.auto import tqdm
+from transformers import AutoConfig, AutoModel, AutoTokenizer, BertConfig, BertModel
+
+from shared_modeling.pooling import l2_normalize, masked_mean_pool
+from tools import runs
+
+ROOT = Path(__file__).resolve().parent.parent
+CAPTIONBERT = ROOT / "captionbert-8192-v2"
+CAPTIONS = Path("captions") / "flickr8k" / "Flickr8k.token.txt"
+# Both models share vocabulary (30,522) and positions (8,192); only the trunk changes between the two shapes.
+SHAPES = {
+    False: dict(hidden_size=512, num_hidden_layers=12, num_attention_heads=8, intermediate_size=2048),
+    True: dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=2, intermediate_size=64),
+}
+DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
+
+
+@dataclass
+class Config:
+    data_dir: Path = runs.default_data_dir()  # holds captions/flickr8k/Flickr8k.token.txt
+    out: Path = ROOT / "runs"  # the report goes to <out>/bench/<timestamp>/
+    captions: int = 256  # captions sampled (seeded) from Flickr8k for the throughput comparisons
+    batch_size: int = 64  # rows per batch, both models, both comparisons
+    repeats: int = 5  # timed repeats per comparison after one warm-up; the median is reported
+    long_tokens: int = 8192  # length of the single long input of measurement 3
+    peak_size: int = 2048  # side of the square matmul that measures the machine's peak
+    tiny: bool = False  # hidden 32, 2 layers, 2 heads, FFN 64 for both models: a smoke test in seconds
+    seed: int = 0  # caption sample, weights and the long input
+
+
+def build_captionbert(shape, seed, attn_implementation="sdpa"):
+    """captionbert with random weights, built by its Hub folder's remote code."""
+    torch.manual_seed(seed)
+    config = AutoConfig.from_pretrained(CAPTIONBERT, trust_remote_code=True, **shape)
+    return AutoModel.from_config(config, trust_remote_code=True, attn_implementation=attn_implementation).eval()
+
+
+def timed(fn):
+    start = time.perf_counter()
+    fn()
+    return time.perf_counter() - start
+
+
+def in_dtype(fn, dtype):
+    """fn run under inference mode, in bf16 autocast when dtype is "bf16"."""
+    def run():
+        with torch.inference_mode(), torch.autocast("cpu", dtype=torch.bfloat16, enabled=dtype == "bf16"):
+            fn()
+    return run
+
+
+def race(contenders, repeats, desc):
+    """{name: [seconds]} of each callable: one warm-up each, then `repeats` rounds alternating who goes first."""
+    names = list(contenders)
+    for fn in contenders.values():
+        fn()
+    seconds = {name: [] for name in names}
+    for round_ in tqdm(range(repeats), desc=desc):
+        for name in names if round_ % 2 == 0 else names[::-1]:
+            seconds[name].append(timed(contenders[name]))
+    return seconds
+
+
+def model_flops(batch_lengths, linear_weights, hidden, layers):
+    """Sum over batches of real tokens x (2 x linear weights + 4 x T x D x layers), T = the batch's longest row."""
+    return sum(sum(lengths) * (2 * linear_weights + 4 * max(lengths) * hidden * layers) for lengths in batch_lengths)
+
+
+def matmul_peak_gflops(size, dtype, tries=3):
+    """Best GFLOP/s of a (size x size) @ (size x size) matmul in `dtype`."""
+    a, b = torch.randn(size, size, dtype=dtype), torch.randn(size, size, dtype=dtype)
+    return 2 * size**3 / min(timed(lambda: a @ b) for _ in range(tries + 1)) / 1e9
+
+
+def current_rss():
+    return int(Path("/proc/self/statm").read_text().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+
+
+def long_input_child(attn_implementation, tokens, tiny, seed):
+    """Runs alone in a fresh interpreter: one forward of a `tokens`-long input; prints its time and extra peak RSS."""
+    torch.set_num_threads(os.cpu_count())
+    model = build_captionbert(SHAPES[tiny], seed, attn_implementation)
+    input_ids = torch.randint(1000, model.config.vocab_size, (1, tokens), generator=torch.Generator().manual_seed(seed))
+    gc.collect()
+    baseline = current_rss()
+    with torch.inference_mode():
+        seconds = timed(lambda: model(input_ids))
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # ru_maxrss is in KiB on Linux
+    print(json.dumps({"seconds": seconds, "peak_extra_mib": (peak - baseline) / 2**20}))
+
+
+def long_input(config, attn_implementation):
+    code = (f"from tools.bench import long_input_child; "
+            f"long_input_child({attn_implementation!r}, {config.long_tokens}, {config.tiny}, {config.seed})")
+    result = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True)
+    if result.returncode:
+        raise RuntimeError(f"long-input subprocess ({attn_implementation}) failed:\n{result.stderr[-3000:]}")
+    return json.loads(result.stdout.splitlines()[-1])
+
+
+def row(name, unit, ours, reference, ratio, target=None):
+    """One line of the table; target is (">=" or "<=", threshold) or None."""
+    met = None if target is None else {">=": operator.ge, "<=": operator.le}[target[0]](ratio, target[1])
+    return dict(name=name, unit=unit, ours=ours, reference=reference, ratio=ratio,
+                target=None if target is None else f"{target[0]} {target[1]}", met=met)
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--data-dir", type=Path, default=Config.data_dir, help="shared data folder")
+    parser.add_argument("--out", type=Path, default=Config.out, help="parent of bench/<timestamp>/")
+    parser.add_argument("--captions", type=int, default=Config.captions, help="captions to sample")
+    parser.add_argument("--batch-size", type=int, default=Config.batch_size, help="rows per batch")
+    parser.add_argument("--repeats", type=int, default=Config.repeats, help="timed repeats per comparison")
+    parser.add_argument("--long-tokens", type=int, default=Config.long_tokens, help="length of the long input")
+    parser.add_argument("--peak-size", type=int, default=Config.peak_size, help="side of the peak matmul")
+    parser.add_argument("--tiny", action="store_true", help="small shape for both models (smoke tests)")
+    parser.add_argument("--seed", type=int, default=Config.seed, help="sample, weights and long input")
+    config = Config(**vars(parser.parse_args(argv)))
+    torch.set_num_threads(os.cpu_count())
+
+    with runs.RunRecord(runs.timestamped(config.out, "bench"), config, "bench") as record:
+        # ---- data: a seeded caption sample, tokenized once; batches in the given order, padded to their longest ------
+        caption_lines = (config.data_dir / CAPTIONS).read_text().splitlines()
+        texts = random.Random(config.seed).sample([line.split("\t", 1)[1] for line in caption_lines], config.captions)
+        tokenizer = AutoTokenizer.from_pretrained(CAPTIONBERT, trust_remote_code=True)
+        batch_size = config.batch_size
+        batches = [tokenizer(texts[i:i + batch_size], padding=True, return_tensors="pt")
+                   for i in range(0, len(texts), batch_size)]
+        lengths = [len(ids) for ids in tokenizer(texts)["input_ids"]]
+        by_length = sorted(lengths, reverse=True)  # the batches encode() runs
+        sorted_batches = [by_length[i:i + batch_size] for i in range(0, len(texts), batch_size)]
+
+        # ---- models: same shape, random weights; BertModel without its pooler, in its default sdpa attention ---------
+        shape = SHAPES[config.tiny]
+        captionbert = build_captionbert(shape, config.seed)
+        captionbert.tokenizer = tokenizer
+        torch.manual_seed(config.seed)
+        bert = BertModel(BertConfig(vocab_size=captionbert.config.vocab_size,
+                                    max_position_embeddings=captionbert.config.max_position_embeddings, **shape),
+                         add_pooling_layer=False).eval()
+
+        def captionbert_forward():
+            for batch in batches:
+                captionbert(**batch)
+
+        def bert_forward():
+            for batch in batches:
+                masked_mean_pool(bert(**batch).last_hidden_state, batch["attention_mask"])
+
+        def captionbert_encode():
+            captionbert.encode(texts, batch_size=batch_size, show_progress_bar=False)
+
+        def naive_encode():
+            for start in range(0, len(texts), batch_size):
+                batch = tokenizer(texts[start:start + batch_size], padding=True, return_tensors="pt")
+                l2_normalize(masked_mean_pool(bert(**batch).last_hidden_state, batch["attention_mask"]))
+
+        # ---- 1 + 2: throughput in both dtypes, and captionbert's share of the matmul peak ----------------------------
+        linear_weights = sum(m.weight.numel() for m in captionbert.encoder.modules() if isinstance(m, nn.Linear))
+        encode_flops = model_flops(sorted_batches, linear_weights, shape["hidden_size"], shape["num_hidden_layers"])
+        report = {"load_average_at_start": os.getloadavg(), "bert_attn_implementation": bert.config._attn_implementation,
+                  "captions": {"count": len(texts), "real_tokens": sum(lengths),
+                               "padded_tokens_given_order": sum(b["input_ids"].numel() for b in batches),
+                               "padded_tokens_sorted": sum(len(b) * max(b) for b in sorted_batches)},
+                  "linear_weights": linear_weights, "encode_model_gflop": encode_flops / 1e9, "seconds": {}}
+        rows = []
+        for dtype in DTYPES:
+            forward = race({"captionbert": in_dtype(captionbert_forward, dtype), "bert": in_dtype(bert_forward, dtype)},
+                           config.repeats, f"forward {dtype}")
+            encode = race({"captionbert": in_dtype(captionbert_encode, dtype), "naive": in_dtype(naive_encode, dtype)},
+                          config.repeats, f"encode {dtype}")
+            report["seconds"][dtype] = {"forward": forward, "encode": encode}
+            ours, bert_s = statistics.median(forward["captionbert"]), statistics.median(forward["bert"])
+            rows.append(row(f"(a) forward {dtype}, captionbert vs BertModel", "captions/s", len(texts) / ours,
+                            len(texts) / bert_s, bert_s / ours, (">=", 1.3)))
+            ours, naive_s = statistics.median(encode["captionbert"]), statistics.median(encode["naive"])
+            rows.append(row(f"(b) encode {dtype}, captionbert vs HF pipeline", "captions/s", len(texts) / ours,
+                            len(texts) / naive_s, naive_s / ours, (">=", 1.3)))
+            peak = matmul_peak_gflops(config.peak_size, DTYPES[dtype])
+            rows.append(row(f"(2) encode {dtype} GFLOP/s vs matmul peak", "GFLOP/s", encode_flops / ours / 1e9, peak,
+                            encode_flops / ours / 1e9 / peak, (">=", 0.5)))
+
+        # ---- 3: one long input, SDPA vs eager, each in a fresh subprocess --------------------------------------------
+        long = {name: long_input(config, name) for name in tqdm(("sdpa", "eager"), desc=f"{config.long_tokens} tokens")}
+        report["long_input"] = long
+        rows.append(row(f"(3) {config.long_tokens} tokens fp32 peak extra RSS, sdpa vs eager", "MiB",
+                        long["sdpa"]["peak_extra_mib"], long["eager"]["peak_extra_mib"],
+                        long["sdpa"]["peak_extra_mib"] / long["eager"]["peak_extra_mib"], ("<=", 0.25)))
+        rows.append(row(f"(3) {config.long_tokens} tokens fp32 forward, sdpa vs eager (speed-up)", "s",
+                        long["sdpa"]["seconds"], long["eager"]["seconds"],
+                        long["eager"]["seconds"] / long["sdpa"]["seconds"]))
+        report["rows"] = rows
+
+        # ---- report ------------------------------------------------------------------------------------------------
+        header = f"{'measurement':<62} {'unit':>10} {'ours':>10} {'reference':>10} {'ratio':>7} {'target':>7}  verdict"
+        lines = [header, "-" * len(header)]
+        for r in rows:
+            verdict = "-" if r["met"] is None else "met" if r["met"] else "MISSED"
+            lines.append(f"{r['name']:<62} {r['unit']:>10} {r['ours']:>10.3g} {r['reference']:>10.3g} "
+                         f"{r['ratio']:>7.3f} {r['target'] or '':>7}  {verdict}")
+        missed = [r["name"] for r in rows if r["met"] is False]
+        lines.append(f"targets met: {sum(r['met'] is True for r in rows)} of {sum(r['met'] is not None for r in rows)}"
+                     + (f"; missed: {'; '.join(missed)}" if missed else ""))
+        table = "\n".join(lines)
+        print(table)
+        runs.write_json(record.folder / "report.json", report)
+        (record.folder / "table.txt").write_text(table + "\n")
+    print(f"wrote {record.folder / 'report.json'}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
