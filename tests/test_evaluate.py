@@ -1,0 +1,70 @@
+"""The STS-8 harness: raw-format loaders, every encoder kind, and the published all-MiniLM-L6-v2 scores."""
+
+import json
+
+import numpy as np
+import pytest
+
+from tools import encoders, evaluate
+
+# Pairs scored per task (../shared/data/README.md).
+PAIRS = {"STS12": 3108, "STS13": 1500, "STS14": 3750, "STS15": 3000, "STS16": 1186, "STS-B": 1379,
+         "SICK-R": 9927, "BIOSSES": 100}
+SCALE = {"SICK-R": (1, 5), "BIOSSES": (0, 4)}
+
+# all-MiniLM-L6-v2's published MTEB scores (Spearman of cosine).
+MINILM_PUBLISHED = {"STS12": .7237, "STS13": .8060, "STS14": .7560, "STS15": .8539, "STS16": .7899, "STS-B": .8203,
+                    "SICK-R": .7758, "BIOSSES": .8125, "mean": .7923}
+
+
+@pytest.mark.parametrize("task", evaluate.TASKS)
+def test_loaders_read_every_scored_pair(data_dir, task):
+    pairs = evaluate.load_task(data_dir, task)
+    assert len(pairs) == PAIRS[task]
+    low, high = SCALE.get(task, (0, 5))
+    assert all(low <= gold <= high for _, _, gold in pairs)
+    assert all(a.strip() and b.strip() for a, b, _ in pairs)
+    # Only BIOSSES has a (quoted) sentence holding a tab; elsewhere a tab would mean a mis-split row.
+    assert sum("\t" in a + b for a, b, _ in pairs) == (1 if task == "BIOSSES" else 0)
+
+
+def test_gauge_captions_are_distinct_test_images(data_dir):
+    captions = evaluate.gauge_captions(data_dir, 1000)
+    assert len(captions) == 1000 and len(set(captions)) > 990
+
+
+def test_encoder_kinds_agree(tiny_captionbert):
+    texts = ["A man is playing a guitar.", "A man plays the guitar.", "The stock market fell sharply today.", "x"]
+    options = encoders.EncodeOptions(batch_size=2, show_progress=False)
+    # The same MiniLM weights as a sentence-transformers folder and as a plain mean-pooled transformers encoder.
+    _, st = encoders.load("teacher:all-MiniLM-L6-v2", options)
+    plain = encoders.HFEncoder(encoders.teachers.minilm_l6_folder(), options)
+    np.testing.assert_allclose(st.encode(texts), plain.encode(texts), atol=1e-5)
+
+    _, onnx = encoders.load("teacher:paraphrase-MiniLM-L3-v2", options)
+    embeddings = onnx.encode(texts)
+    assert embeddings.shape == (4, 384)
+    np.testing.assert_allclose(np.linalg.norm(embeddings, axis=1), 1.0, atol=1e-5)
+    assert embeddings[0] @ embeddings[1] > embeddings[0] @ embeddings[2] + 0.3  # paraphrase beats unrelated
+
+    folder, model = tiny_captionbert
+    _, remote = encoders.load(str(folder), options)
+    assert remote.kind == "remote-code"
+    np.testing.assert_allclose(remote.encode(texts), model.encode(texts), atol=1e-6)
+
+    with pytest.raises(ValueError, match="unknown teacher"):
+        encoders.load("teacher:bert-base-uncased")
+    with pytest.raises(FileNotFoundError):
+        encoders.load("no/such/folder/here")
+
+
+def test_all_minilm_l6_v2_reproduces_its_published_scores(data_dir, tmp_path):
+    assert evaluate.main(["--encoder", "teacher:all-MiniLM-L6-v2", "--data-dir", str(data_dir),
+                          "--out", str(tmp_path), "--gauge-captions", "200"]) == 0
+    metrics = json.loads((tmp_path / "metrics.json").read_text())["all-MiniLM-L6-v2"]
+    for task, published in MINILM_PUBLISHED.items():
+        assert metrics[task] == pytest.approx(published, abs=0.003), task
+    assert 0 < metrics["self_cos"] < 0.3 and 10 < metrics["erank"] < 200
+    assert "| all-MiniLM-L6-v2 | 0.72" in (tmp_path / "results.md").read_text()
+    run = json.loads((tmp_path / "run.json").read_text())
+    assert run["status"] == "ok" and run["versions"]["transformers"]
