@@ -1,0 +1,28 @@
+"""tools.bench runs end to end on a tiny shape and writes a report whose every ratio is a finite positive number."""
+
+import json
+import math
+
+from tools import bench
+
+
+def test_bench_tiny_run_writes_finite_positive_ratios(tmp_path, data_dir):
+    argv = ["--captions", "16", "--batch-size", "8", "--repeats", "1", "--long-tokens", "256", "--peak-size", "256",
+            "--tiny", "--data-dir", str(data_dir), "--out", str(tmp_path)]
+    assert bench.main(argv) == 0
+
+    (folder,) = (tmp_path / "bench").iterdir()
+    report = json.loads((folder / "report.json").read_text())
+    assert json.loads((folder / "config.json").read_text())["tiny"] is True
+    assert report["bert_attn_implementation"] == "sdpa"
+    assert report["captions"]["count"] == 16
+    rows = report["rows"]
+    assert len(rows) == 8
+    for row in rows:
+        for key in ("ours", "reference", "ratio"):
+            assert math.isfinite(row[key]) and row[key] > 0, (row["name"], key, row[key])
+        assert row["met"] in ((None,) if row["target"] is None else (True, False)), row
+    # Every throughput comparison was timed once per contender (after a warm-up), in both dtypes.
+    for dtype in ("fp32", "bf16"):
+        for times in report["seconds"][dtype].values():
+            assert all(len(seconds) == 1 for seconds in times.values())
