@@ -61,13 +61,12 @@ class CaptionBertModel(CaptionBertPreTrainedModel):
 
     def forward(self, input_ids, attention_mask=None):
         """input_ids, attention_mask: (B, T). Returns BaseModelOutputWithPooling with
-        last_hidden_state = token states (B, T, D) and pooler_output = L2-normalised embedding (B, E)."""
+        last_hidden_state = token states (B, T, D), zeros at padded positions, and pooler_output = the
+        L2-normalised embedding (B, E)."""
         if attention_mask is None:
             attention_mask = torch.ones_like(input_ids)
-        # No padded row -> no mask, so SDPA may use its fused kernel.
-        key_padding_mask = None if bool(attention_mask.all()) else attention_mask.bool()  # (B, T) or None
         hidden = self.embeddings(input_ids)  # (B, T, D)
-        hidden = self.encoder(hidden, key_padding_mask, self.config._attn_implementation)  # (B, T, D)
+        hidden = self.encoder(hidden, attention_mask, self.config._attn_implementation)  # (B, T, D), 0 at padding
         embedding = l2_normalize(self.head(masked_mean_pool(hidden, attention_mask)))  # (B, E)
         return BaseModelOutputWithPooling(last_hidden_state=hidden, pooler_output=embedding)
 

@@ -3,8 +3,10 @@
 
 Embeddings (token + learned absolute position -> LayerNorm -> dropout), multi-head self-attention through one
 dispatch point (`attention`: torch SDPA with the padding mask, or an eager reference), a GELU feed-forward network,
-and the block / stack built from them. Adapted from BERT (Devlin et al. 2019) with a fused QKV projection.
-Legend: B batch, T tokens, D hidden, H heads, Dh = D / H.
+and the block / stack built from them. Adapted from BERT (Devlin et al. 2019) with a fused QKV projection and
+ModernBERT's unpadding: between attention calls the hidden states of a padded batch are kept packed as (N, D), the
+real tokens only, so projections, FFN and LayerNorms do no work on padding (`TokenLayout`).
+Legend: B batch, T tokens, N real (non-pad) tokens in the batch, D hidden, H heads, Dh = D / H.
 """
 
 import math
@@ -32,6 +34,32 @@ def attention(query, key, value, key_padding_mask, implementation, dropout_p=0.0
         probs = F.dropout(scores.softmax(dim=-1), p=dropout_p)
         return probs @ value
     raise ValueError(f"attention implementation must be one of {ATTENTION_IMPLEMENTATIONS}, got {implementation!r}")
+
+
+class TokenLayout:
+    """Where the real tokens of a padded (B, T) batch sit once packed into (N, ...) rows.
+
+    Built once per forward from the attention mask (nonzero = real token, any padding side). Without padding,
+    packing is a reshape and `key_padding_mask` is None, which lets SDPA use its fused kernel.
+    """
+
+    def __init__(self, attention_mask):  # (B, T)
+        self.batch, self.seq_len = attention_mask.shape
+        if bool(attention_mask.all()):
+            self.key_padding_mask, self.indices = None, None
+        else:
+            self.key_padding_mask = attention_mask.bool()  # (B, T)
+            self.indices = self.key_padding_mask.flatten().nonzero().squeeze(1)  # (N,) positions in B * T
+
+    def pack(self, padded):  # (B, T, ...) -> (N, ...)
+        flat = padded.flatten(0, 1)
+        return flat if self.indices is None else flat.index_select(0, self.indices)
+
+    def unpack(self, packed):  # (N, ...) -> (B, T, ...), zeros at padded positions
+        if self.indices is not None:
+            grid = packed.new_zeros(self.batch * self.seq_len, *packed.shape[1:])
+            packed = grid.index_copy(0, self.indices, packed)
+        return packed.view(self.batch, self.seq_len, *packed.shape[1:])
 
 
 class Embeddings(nn.Module):
@@ -67,13 +95,15 @@ class SelfAttention(nn.Module):
         self.out = nn.Linear(hidden_size, hidden_size)
         self.dropout_p = dropout
 
-    def forward(self, hidden, key_padding_mask, implementation):  # (B, T, D) -> (B, T, D)
-        batch, seq_len, width = hidden.shape
-        qkv = self.qkv(hidden).view(batch, seq_len, 3, self.num_heads, width // self.num_heads)
+    def forward(self, hidden, layout, implementation):  # (N, D) packed -> (N, D)
+        width = hidden.shape[-1]
+        qkv = layout.unpack(self.qkv(hidden))  # (B, T, 3D)
+        qkv = qkv.view(layout.batch, layout.seq_len, 3, self.num_heads, width // self.num_heads)
         query, key, value = qkv.permute(2, 0, 3, 1, 4)  # each (B, H, T, Dh)
         dropout_p = self.dropout_p if self.training else 0.0
-        context = attention(query, key, value, key_padding_mask, implementation, dropout_p)  # (B, H, T, Dh)
-        return self.out(context.transpose(1, 2).reshape(batch, seq_len, width))
+        context = attention(query, key, value, layout.key_padding_mask, implementation, dropout_p)  # (B, H, T, Dh)
+        context = context.transpose(1, 2).reshape(layout.batch, layout.seq_len, width)  # (B, T, D)
+        return self.out(layout.pack(context))  # (N, D)
 
 
 class FeedForward(nn.Module):
@@ -84,7 +114,7 @@ class FeedForward(nn.Module):
         self.up = nn.Linear(hidden_size, intermediate_size)
         self.down = nn.Linear(intermediate_size, hidden_size)
 
-    def forward(self, hidden):  # (B, T, D) -> (B, T, D)
+    def forward(self, hidden):  # (N, D) -> (N, D)
         return self.down(F.gelu(self.up(hidden)))
 
 
@@ -99,13 +129,14 @@ class EncoderLayer(nn.Module):
         self.feed_forward_norm = nn.LayerNorm(hidden_size, eps=layer_norm_eps)
         self.dropout = nn.Dropout(dropout)
 
-    def forward(self, hidden, key_padding_mask, implementation):  # (B, T, D) -> (B, T, D)
-        hidden = self.attention_norm(hidden + self.dropout(self.attention(hidden, key_padding_mask, implementation)))
+    def forward(self, hidden, layout, implementation):  # (N, D) packed -> (N, D)
+        hidden = self.attention_norm(hidden + self.dropout(self.attention(hidden, layout, implementation)))
         return self.feed_forward_norm(hidden + self.dropout(self.feed_forward(hidden)))
 
 
 class Encoder(nn.Module):
-    """A stack of EncoderLayers. `layers` is a plain ModuleList so adapters can wrap it."""
+    """A stack of EncoderLayers run on packed real tokens. `layers` is a plain ModuleList so adapters can wrap it;
+    each layer is called as layer(hidden (N, D), layout, implementation)."""
 
     def __init__(self, num_layers, hidden_size, num_heads, intermediate_size, layer_norm_eps, dropout):
         super().__init__()
@@ -113,7 +144,9 @@ class Encoder(nn.Module):
             EncoderLayer(hidden_size, num_heads, intermediate_size, layer_norm_eps, dropout) for _ in range(num_layers)
         )
 
-    def forward(self, hidden, key_padding_mask, implementation):  # (B, T, D) -> (B, T, D)
+    def forward(self, hidden, attention_mask, implementation):  # (B, T, D), (B, T) -> (B, T, D), zeros at padding
+        layout = TokenLayout(attention_mask)
+        hidden = layout.pack(hidden)  # (N, D)
         for layer in self.layers:
-            hidden = layer(hidden, key_padding_mask, implementation)
-        return hidden
+            hidden = layer(hidden, layout, implementation)
+        return layout.unpack(hidden)

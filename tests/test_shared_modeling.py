@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from shared_modeling.geometry import erank, self_cos
-from shared_modeling.layers import Encoder, attention
+from shared_modeling.layers import Encoder, TokenLayout, attention
 from shared_modeling.losses import per_sample_mse, symmetric_info_nce
 from shared_modeling.pooling import l2_normalize, masked_mean_pool
 
@@ -40,9 +40,22 @@ def test_encoder_padding_does_not_change_real_tokens():
     padded = torch.cat([short, torch.randn(1, 3, 16, dtype=torch.float64)], dim=1)
     mask = torch.tensor([[True] * 5 + [False] * 3])
     for implementation in ("sdpa", "eager"):
-        out_short = encoder(short, None, implementation)
+        out_short = encoder(short, torch.ones(1, 5), implementation)
         out_padded = encoder(padded, mask, implementation)
         torch.testing.assert_close(out_padded[:, :5], out_short, rtol=1e-10, atol=1e-10)
+        assert out_padded[:, 5:].abs().sum() == 0  # padded positions come back as zeros
+
+
+def test_token_layout_packs_real_tokens_and_restores_the_grid():
+    mask = torch.tensor([[1, 1, 1, 0], [0, 1, 1, 0], [1, 1, 1, 1]])  # right, both-side and no padding
+    grid = torch.arange(12.0).view(3, 4, 1) + 1
+    layout = TokenLayout(mask)
+    packed = layout.pack(grid)
+    assert packed.squeeze(1).tolist() == [1, 2, 3, 6, 7, 9, 10, 11, 12]
+    torch.testing.assert_close(layout.unpack(packed), grid * mask.unsqueeze(-1))
+    assert layout.key_padding_mask.tolist() == mask.bool().tolist()
+    unpadded = TokenLayout(torch.ones(2, 3))
+    assert unpadded.key_padding_mask is None and unpadded.pack(torch.zeros(2, 3, 5)).shape == (6, 5)
 
 
 def test_masked_mean_pool_values():
@@ -104,3 +117,14 @@ def test_per_sample_mse_values():
     predictions = torch.tensor([[1.0, 2.0], [0.0, 0.0]])
     targets = torch.tensor([[1.0, 0.0], [3.0, 1.0]])
     torch.testing.assert_close(per_sample_mse(predictions, targets), torch.tensor([2.0, 5.0]))
+
+
+def test_encoder_trains_through_the_packed_path():
+    torch.manual_seed(0)
+    encoder = Encoder(num_layers=2, hidden_size=16, num_heads=4, intermediate_size=32, layer_norm_eps=1e-12,
+                      dropout=0.1).train()
+    hidden = torch.randn(2, 6, 16, requires_grad=True)
+    mask = torch.tensor([[1, 1, 1, 1, 0, 0], [1, 1, 1, 1, 1, 1]])
+    masked_mean_pool(encoder(hidden, mask, "sdpa"), mask).pow(2).sum().backward()
+    assert all(p.grad is not None and torch.isfinite(p.grad).all() for p in encoder.parameters())
+    assert hidden.grad[0, 4:].abs().sum() == 0 and hidden.grad[0, :4].abs().sum() > 0  # padding gets no gradient
