@@ -1,6 +1,7 @@
 """Shared fixtures. The suite never reaches the Hugging Face Hub: offline mode and a private HF_HOME are set before
 transformers is imported, so remote-code modules are compiled into a throwaway cache."""
 
+import atexit
 import json
 import os
 import shutil
@@ -9,6 +10,7 @@ from pathlib import Path
 
 os.environ["HF_HUB_OFFLINE"] = "1"
 os.environ["HF_HOME"] = tempfile.mkdtemp(prefix="bundle-test-hf-home-")
+atexit.register(shutil.rmtree, os.environ["HF_HOME"], ignore_errors=True)
 
 import pytest  # noqa: E402
 from transformers import AutoConfig, AutoModel  # noqa: E402

@@ -41,11 +41,12 @@ def test_encoder_kinds_agree(tiny_captionbert):
     plain = encoders.HFEncoder(encoders.teachers.minilm_l6_folder(), options)
     np.testing.assert_allclose(st.encode(texts), plain.encode(texts), atol=1e-5)
 
-    _, onnx = encoders.load("teacher:paraphrase-MiniLM-L3-v2", options)
-    embeddings = onnx.encode(texts)
-    assert embeddings.shape == (4, 384)
-    np.testing.assert_allclose(np.linalg.norm(embeddings, axis=1), 1.0, atol=1e-5)
-    assert embeddings[0] @ embeddings[1] > embeddings[0] @ embeddings[2] + 0.3  # paraphrase beats unrelated
+    for teacher, width in (("paraphrase-MiniLM-L3-v2", 384), ("all-mpnet-base-v2", 768)):
+        _, encoder = encoders.load(f"teacher:{teacher}", options)
+        embeddings = encoder.encode(texts)
+        assert embeddings.shape == (4, width)
+        np.testing.assert_allclose(np.linalg.norm(embeddings, axis=1), 1.0, atol=1e-5)
+        assert embeddings[0] @ embeddings[1] > embeddings[0] @ embeddings[2] + 0.3  # paraphrase beats unrelated
 
     folder, model = tiny_captionbert
     _, remote = encoders.load(str(folder), options)
