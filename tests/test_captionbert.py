@@ -169,3 +169,10 @@ def test_shipped_folder_holds_what_a_hub_repo_needs():
     for name in ("configuration_captionbert.py", "modeling_captionbert.py", "shared_layers.py", "shared_pooling.py",
                  "tokenizer.json", "tokenizer_config.json", "README.md"):
         assert (CAPTIONBERT / name).is_file(), name
+
+
+def test_forward_rejects_more_tokens_than_positions_and_encode_takes_a_device(tiny_captionbert):
+    _, model = tiny_captionbert
+    with pytest.raises(ValueError, match="8193 tokens exceeds the 8192 learned positions"):
+        model(torch.ones(1, 8193, dtype=torch.long))
+    np.testing.assert_allclose(model.encode(TEXTS[:2], device="cpu"), model.encode(TEXTS[:2]), atol=1e-6)
