@@ -57,8 +57,8 @@ class TokenLayout:
 
     def unpack(self, packed):  # (N, ...) -> (B, T, ...), zeros at padded positions
         if self.indices is not None:
-            grid = packed.new_zeros(self.batch * self.seq_len, *packed.shape[1:])
-            packed = grid.index_copy(0, self.indices, packed)
+            # In place into a fresh grid: no clone, and autograd still routes gradients to `packed`.
+            packed = packed.new_zeros(self.batch * self.seq_len, *packed.shape[1:]).index_copy_(0, self.indices, packed)
         return packed.view(self.batch, self.seq_len, *packed.shape[1:])
 
 
