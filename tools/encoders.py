@@ -79,16 +79,17 @@ class _TokenStateEncoder:
 
     def encode(self, texts):
         texts = list(texts)
+        if not texts:
+            raise ValueError("nothing to encode: texts is empty")
         ids = self.tokenizer(texts, truncation=True, max_length=self.max_length)["input_ids"]
-        out = np.zeros((len(texts), 0), dtype=np.float32)
         batches = _length_sorted_batches([len(x) for x in ids], self.options.batch_size)
+        pooled = []
         for rows in tqdm(batches, desc=self.kind, disable=not self.options.show_progress):
             batch = self.tokenizer.pad({"input_ids": [ids[i] for i in rows]}, return_tensors="pt")
             states = self.token_states(batch["input_ids"], batch["attention_mask"])  # (B, T, D)
-            pooled = l2_normalize(masked_mean_pool(states.float(), batch["attention_mask"])).numpy()
-            if out.shape[1] == 0:
-                out = np.zeros((len(texts), pooled.shape[1]), dtype=np.float32)
-            out[rows] = pooled
+            pooled.append(l2_normalize(masked_mean_pool(states.float(), batch["attention_mask"])).numpy())
+        out = np.empty((len(texts), pooled[0].shape[1]), dtype=np.float32)
+        out[np.concatenate(batches)] = np.concatenate(pooled)  # back to the input order
         return out
 
 
