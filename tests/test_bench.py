@@ -8,7 +8,7 @@ from tools import bench
 
 def test_bench_tiny_run_writes_finite_positive_ratios(tmp_path, data_dir):
     argv = ["--captions", "16", "--batch-size", "8", "--repeats", "1", "--long-tokens", "256", "--peak-size", "256",
-            "--tiny", "--data-dir", str(data_dir), "--out", str(tmp_path)]
+            "--corpus-texts", "32", "--train-steps", "1", "--tiny", "--data-dir", str(data_dir), "--out", str(tmp_path)]
     assert bench.main(argv) == 0
 
     (folder,) = (tmp_path / "bench").iterdir()
@@ -17,7 +17,7 @@ def test_bench_tiny_run_writes_finite_positive_ratios(tmp_path, data_dir):
     assert report["bert_attn_implementation"] == "sdpa"
     assert report["captions"]["count"] == 16
     rows = report["rows"]
-    assert len(rows) == 8
+    assert len(rows) == 10
     for row in rows:
         for key in ("ours", "reference", "ratio"):
             assert math.isfinite(row[key]) and row[key] > 0, (row["name"], key, row[key])
@@ -26,3 +26,6 @@ def test_bench_tiny_run_writes_finite_positive_ratios(tmp_path, data_dir):
     for dtype in ("fp32", "bf16"):
         for times in report["seconds"][dtype].values():
             assert all(len(seconds) == 1 for seconds in times.values())
+    for stage in ("extraction", "training"):
+        assert all(len(seconds) == 1 for seconds in report["seconds"][stage].values())
+    assert report["corpus_sample"]["count"] == 32

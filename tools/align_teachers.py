@@ -71,10 +71,19 @@ def fit_whitened_procrustes(teacher, reference, shrinkage):
     white_t, _ = shrunk_whitener(teacher - mean_t, shrinkage)
     white_r, unwhite_r = shrunk_whitener(reference - mean_r, shrinkage)
     cross = ((teacher - mean_t) @ white_t).T @ ((reference - mean_r) @ white_r)  # (d_t, d_r)
-    u, singular, vt = np.linalg.svd(cross, full_matrices=False)
+    u, _, vt = np.linalg.svd(cross, full_matrices=False)
     rotation = u @ vt  # (d_t, d_r), R R^T = I
     matrix = white_t @ rotation @ unwhite_r
-    return matrix, mean_r - mean_t @ matrix, singular / (teacher.shape[0] - 1)
+    return matrix, mean_r - mean_t @ matrix, canonical_correlations(teacher - mean_t, reference - mean_r)
+
+
+def canonical_correlations(first, second):
+    """Canonical correlations of two centred row sets, largest first: the singular values of the cross-covariance
+    after exact whitening (a 1e-9 ridge only for numerical safety; the alignment's shrinkage would distort them)."""
+    white_first, _ = shrunk_whitener(first, 1e-9)
+    white_second, _ = shrunk_whitener(second, 1e-9)
+    cross = (first @ white_first).T @ (second @ white_second) / (first.shape[0] - 1)
+    return np.clip(np.linalg.svd(cross, compute_uv=False), 0, 1)
 
 
 def row_cosines(first, second):

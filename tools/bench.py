@@ -13,12 +13,20 @@ captions, tokenized by captionbert's tokenizer. One run measures:
      T the batch's padded length: padding is counted as overhead, not work. Target >= 50%.
   3. One long input (8,192 tokens, fp32): the forward's peak extra memory (peak RSS minus the RSS after the model is
      built) and its time, SDPA vs eager attention, each in a fresh subprocess. Target: SDPA <= 0.25x eager memory.
+  4. Teacher extraction on the real caption mix (a seeded sample of tools/corpus.py's default corpus, long
+     ImageInWords descriptions included), fp32: tools/encoders.py's length-bucketed path (what
+     tools/extract_teachers.py runs) vs naive padded batches in corpus order, both on the BertModel above saved as
+     a plain HF teacher folder. Target >= 1.5x.
+  5. Student training steps (tools/distill_captionbert.train_step: bf16 autocast forward, InfoNCE + MSE, backward,
+     Adam) on bucketed batches of that sample: captionbert vs BertModel of the same shape with the same pooling and
+     head. Target >= 1.0x.
 
 The table and report.json (with the raw timings) go to runs/bench/<timestamp>/ beside config.json and run.json.
 
 Usage:
     python -m tools.bench                                                   # the full run, a few minutes
-    python -m tools.bench --captions 16 --repeats 1 --long-tokens 256 --tiny   # seconds: small shape, smoke test
+    python -m tools.bench --captions 16 --repeats 1 --long-tokens 256 --corpus-texts 32 --train-steps 1 --tiny
+                                                                            # seconds: small shape, smoke test
 """
 
 import argparse
@@ -30,17 +38,20 @@ import random
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from types import SimpleNamespace
 
+import numpy as np
 import torch
 from torch import nn
 from tqdm.auto import tqdm
 from transformers import AutoConfig, AutoModel, AutoTokenizer, BertConfig, BertModel
 
 from shared_modeling.pooling import l2_normalize, masked_mean_pool
-from tools import runs
+from tools import corpus, distill_captionbert, encoders, runs
 
 ROOT = Path(__file__).resolve().parent.parent
 CAPTIONBERT = ROOT / "captionbert-8192-v2"
@@ -63,7 +74,21 @@ class Config:
     long_tokens: int = 8192  # length of the single long input of measurement 3
     peak_size: int = 2048  # side of the square matmul that measures the machine's peak
     tiny: bool = False  # hidden 32, 2 layers, 2 heads, FFN 64 for both models: a smoke test in seconds
+    corpus_texts: int = 1024  # texts sampled (seeded) from the default corpus for measurements 4 and 5
+    train_steps: int = 4  # training steps per timed repeat in measurement 5
     seed: int = 0  # caption sample, weights and the long input
+
+
+class BertStudent(nn.Module):
+    """BertModel + captionbert's pooling and head: the same student shape on transformers' stock encoder."""
+
+    def __init__(self, bert, head):
+        super().__init__()
+        self.bert, self.head = bert, head
+
+    def forward(self, input_ids, attention_mask):
+        states = self.bert(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
+        return SimpleNamespace(pooler_output=l2_normalize(self.head(masked_mean_pool(states, attention_mask))))
 
 
 def build_captionbert(shape, seed, attn_implementation="sdpa"):
@@ -158,6 +183,8 @@ def main(argv=None):
     parser.add_argument("--long-tokens", type=int, default=Config.long_tokens, help="length of the long input")
     parser.add_argument("--peak-size", type=int, default=Config.peak_size, help="side of the peak matmul")
     parser.add_argument("--tiny", action="store_true", help="small shape for both models (smoke tests)")
+    parser.add_argument("--corpus-texts", type=int, default=Config.corpus_texts, help="corpus sample (4, 5)")
+    parser.add_argument("--train-steps", type=int, default=Config.train_steps, help="steps per repeat (5)")
     parser.add_argument("--seed", type=int, default=Config.seed, help="sample, weights and long input")
     config = Config(**vars(parser.parse_args(argv)))
     torch.set_num_threads(os.cpu_count())
@@ -232,6 +259,57 @@ def main(argv=None):
                         sdpa["peak_extra_mib"] / eager["peak_extra_mib"], ("<=", 0.25)))
         rows.append(row(f"(3) {config.long_tokens} tokens fp32 forward: sdpa vs eager (speed-up)", "s",
                         sdpa["seconds"], eager["seconds"], eager["seconds"] / sdpa["seconds"]))
+
+        # ---- 4: teacher extraction on the caption mix, length-bucketed vs naive ----------------------------------
+        mix = random.Random(config.seed).sample(corpus.build(config.data_dir)[0], config.corpus_texts)
+        mix_ids = tokenizer(mix, truncation=True, max_length=512)["input_ids"]
+        with tempfile.TemporaryDirectory() as folder:
+            bert.save_pretrained(folder)
+            tokenizer.save_pretrained(folder)
+            _, teacher = encoders.load(folder, encoders.EncodeOptions(size, 512, show_progress=False))
+
+        def naive_extract():
+            for start in range(0, len(mix), size):
+                batch = tokenizer(mix[start:start + size], padding=True, truncation=True, max_length=512,
+                                  return_tensors="pt")
+                l2_normalize(masked_mean_pool(teacher.model(**batch).last_hidden_state, batch["attention_mask"]))
+
+        extract = race({"bucketed": in_dtype(lambda: teacher.encode(mix), "fp32"),
+                        "naive": in_dtype(naive_extract, "fp32")}, config.repeats, "extraction")
+        ours, theirs = statistics.median(extract["bucketed"]), statistics.median(extract["naive"])
+        rows.append(row("(4) extraction fp32: length-bucketed vs naive batches", "texts/s", len(mix) / ours,
+                        len(mix) / theirs, theirs / ours, (">=", 1.5)))
+        report["corpus_sample"] = {"count": len(mix), "real_tokens": sum(map(len, mix_ids)),
+                                   "longest": max(map(len, mix_ids))}
+
+        # ---- 5: student training step, captionbert vs BertModel of the same shape --------------------------------
+        train_config = distill_captionbert.Config(align=Path("-"), out=Path("-"))
+        lengths_array = np.array([len(ids) for ids in mix_ids])
+        train_batches = distill_captionbert.bucketed_batches(lengths_array, size, config.seed, 0)[:config.train_steps]
+        train_batches = [distill_captionbert.collate(mix_ids, members, tokenizer.pad_token_id)
+                         for members in train_batches]
+        targets = l2_normalize(torch.randn(size, captionbert.config.output_dim, generator=torch.Generator()
+                                           .manual_seed(config.seed)))
+        torch.manual_seed(config.seed)
+        head_class = type(captionbert.head)  # captionbert's SentenceHead, from its remote-code module
+        bert_student = BertStudent(bert, head_class(shape["hidden_size"], captionbert.config.output_dim,
+                                                    captionbert.config.layer_norm_eps))
+        students = {"captionbert": captionbert.train(), "bert": bert_student.train()}
+        optimizers = {name: torch.optim.Adam(model.parameters(), lr=1e-5) for name, model in students.items()}
+
+        def steps(name):
+            def run():
+                for input_ids, attention_mask in train_batches:
+                    distill_captionbert.train_step(students[name], optimizers[name], input_ids, attention_mask,
+                                                   targets, train_config)
+            return run
+
+        train = race({name: steps(name) for name in students}, config.repeats, "training steps")
+        tokens = sum(int(mask.sum()) for _, mask in train_batches)
+        ours, theirs = statistics.median(train["captionbert"]), statistics.median(train["bert"])
+        rows.append(row("(5) training step bf16: captionbert vs BertModel", "tokens/s", tokens / ours,
+                        tokens / theirs, theirs / ours, (">=", 1.0)))
+        report["seconds"]["extraction"], report["seconds"]["training"] = extract, train
         report.update(long_input=long, load_average_at_end=os.getloadavg(), rows=rows)
 
         # ---- report ----------------------------------------------------------------------------------------------

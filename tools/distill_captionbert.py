@@ -152,6 +152,18 @@ def collate(token_ids, rows, pad_id):
     return input_ids, attention_mask
 
 
+def train_step(model, optimizer, input_ids, attention_mask, targets, config):
+    """One optimiser step on a batch; `model(...)` returns an object with the normalised `pooler_output` (B, E).
+    Returns the loss terms (shared_modeling.losses.consensus_distillation)."""
+    with torch.autocast(input_ids.device.type, dtype=torch.bfloat16, enabled=config.bf16):
+        student = model(input_ids, attention_mask).pooler_output
+    terms = consensus_distillation(student.float(), targets, config.temperature, config.mse_weight)
+    optimizer.zero_grad(set_to_none=True)
+    terms["loss"].backward()
+    optimizer.step()
+    return terms
+
+
 # ---- checkpoints ---------------------------------------------------------------------------------------------------
 
 def save_checkpoint(path, model, optimizer, schedule, step, history):
@@ -260,13 +272,8 @@ def main(argv=None):
             epoch, position = divmod(step, batches_per_epoch)
             rows = training_rows[bucketed_batches(lengths, config.batch_size, config.seed, epoch)[position]]
             input_ids, attention_mask = collate(token_ids, rows, tokenizer.pad_token_id)
-            with torch.autocast(device.type, dtype=torch.bfloat16, enabled=config.bf16):
-                student = model(input_ids.to(device), attention_mask.to(device)).pooler_output
-            terms = consensus_distillation(student.float(), targets[rows].float().to(device), config.temperature,
-                                           config.mse_weight)
-            optimizer.zero_grad(set_to_none=True)
-            terms["loss"].backward()
-            optimizer.step()
+            terms = train_step(model, optimizer, input_ids.to(device), attention_mask.to(device),
+                               targets[rows].float().to(device), config)
             schedule.step()
             step += 1
             tokens_seen += int(attention_mask.sum())

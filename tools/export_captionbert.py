@@ -108,7 +108,7 @@ def build_card(config, metrics, extract_manifest, align_report, distill_metrics,
     lowest_teacher_self_cos = min(metrics[t["name"]]["self_cos"] for t in teachers)
     corpus = runs.read_json(config.extract / "extraction.json")["corpus"]
     corpus_lines = "\n".join(
-        f"| {source} | {s['kept']:,} | {s['dropped_in_sts8']:,} | {s['dropped_duplicate']:,} |"
+        f"| {source} | {s['kept']:,} | {s['dropped_held_out']:,} | {s['dropped_duplicate']:,} |"
         for source, s in corpus.get("stats", {}).items()) or f"| {corpus['source']} | all | - | - |"
     teacher_lines = "\n".join(
         f"| {t['name']} | {t['dim']} | {t['kind']} | {t['pooling']} | `{t['weights_sha256'][:12]}` | "
@@ -178,10 +178,11 @@ saw a label.
 ## How these weights were built
 
 **Corpus** ({extract_manifest['corpus']['rows']:,} texts, sha256 `{extract_manifest['corpus']['sha256'][:12]}`): any
-text whose normalised form occurs in an STS-8 test set is dropped (STS-B train reuses STS 2012-2016 test sentences;
-MSRpar comes from MRPC; SICK from Flickr8k), and so are duplicates.
+text whose normalised form occurs in an STS-8 test set or among the Flickr8k test captions is dropped (STS-B train
+reuses STS 2012-2016 test sentences; MSRpar comes from MRPC; SICK and SNLI premises from Flickr captions), and so
+are duplicates.
 
-| source | kept | dropped (in STS-8) | dropped (duplicate) |
+| source | kept | dropped (held out) | dropped (duplicate) |
 |---|---|---|---|
 {corpus_lines}
 

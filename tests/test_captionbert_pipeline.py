@@ -1,0 +1,284 @@
+"""The captionbert build pipeline: corpus -> extract_teachers -> align_teachers -> distill_captionbert -> evaluate ->
+export_captionbert, on tiny random teachers and 200 real captions; Procrustes on synthetic data with known answers;
+resumption after kill -9; 2-process extraction."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pytest
+from safetensors.numpy import load_file
+
+from conftest import ROOT, TINY_CAPTIONBERT, captionbert_copy
+from tools import align_teachers, corpus, evaluate
+from tools.extract_teachers import write_shard
+
+# One thread per process everywhere, so 1-process, 2-process and resumed runs do identical arithmetic.
+ENV = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)}
+
+
+def run_tool(module, *args, **popen):
+    return subprocess.Popen([sys.executable, "-m", f"tools.{module}", *map(str, args)], cwd=ROOT, env=ENV,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, **popen)
+
+
+def finish(process):
+    output, _ = process.communicate(timeout=600)
+    assert process.returncode == 0, output[-3000:]
+    return output
+
+
+def kill_when(process, path):
+    """kill -9 `process` as soon as `path` exists; fails if the process ends first."""
+    while not path.exists():
+        assert process.poll() is None, f"finished before {path} appeared:\n{process.stdout.read()[-2000:]}"
+        time.sleep(0.02)
+    process.send_signal(signal.SIGKILL)
+    process.wait()
+
+
+def shard_bytes(folder):
+    return {str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.glob("*/shard-*.safetensors"))}
+
+
+def extract_args(out, teachers, corpus_file):
+    return ["--out", out, "--teacher", teachers[0], "--teacher", teachers[1], "--corpus", corpus_file,
+            "--shard-rows", 48, "--batch-size", 16]
+
+
+@pytest.fixture(scope="session")
+def extraction(tmp_path_factory, tiny_teachers, caption_sample):
+    out = tmp_path_factory.mktemp("extract") / "run"
+    finish(run_tool("extract_teachers", *extract_args(out, tiny_teachers, caption_sample)))
+    return out
+
+
+@pytest.fixture(scope="session")
+def alignment(tmp_path_factory, extraction):
+    out = tmp_path_factory.mktemp("align") / "run"
+    assert align_teachers.main(["--extract", str(extraction), "--out", str(out), "--fit-rows", "120",
+                                "--holdout-rows", "60"]) == 0
+    return out
+
+
+@pytest.fixture(scope="session")
+def tiny_student(tmp_path_factory):
+    """A tiny captionbert folder whose output width matches the tiny reference teacher (48)."""
+    return captionbert_copy(tmp_path_factory.mktemp("student") / "captionbert", **{**TINY_CAPTIONBERT, "output_dim": 48})
+
+
+# ---- corpus ---------------------------------------------------------------------------------------------------------
+
+def test_default_corpus_holds_no_sts8_text_and_no_held_out_caption(data_dir):
+    texts, stats = corpus.build(data_dir)
+    normalised = {" ".join(t.lower().split()) for t in texts}
+    assert not normalised & corpus.held_out_texts(data_dir)
+    assert len(normalised) == len(texts)  # deduplicated
+    # STS-B train is built from STS 2012-2016 test sentences: nearly all of it must go.
+    assert stats["stsb-train"]["dropped_held_out"] > 9000
+    assert stats["flickr8k-train"]["kept"] > 29000 and stats["imageinwords"]["kept"] > 1500
+    assert not set(evaluate.gauge_captions(data_dir, 1000)) & set(texts)  # the in-domain gauge stays unseen
+
+
+# ---- Procrustes on synthetic data -----------------------------------------------------------------------------------
+
+def random_rotation(rng, rows, columns):
+    q, _ = np.linalg.qr(rng.standard_normal((max(rows, columns), max(rows, columns))))
+    return q[:rows, :columns]
+
+
+def test_whitened_procrustes_recovers_a_known_rotation():
+    rng = np.random.default_rng(0)
+    teacher = rng.standard_normal((3000, 16)) * np.linspace(0.2, 3, 16) + 5  # anisotropic, off-centre
+    rotation = random_rotation(rng, 16, 16)
+    reference = teacher @ rotation - 2
+    matrix, bias, correlations = align_teachers.fit_whitened_procrustes(teacher, reference, shrinkage=0.1)
+    np.testing.assert_allclose(matrix, rotation, atol=1e-8)
+    np.testing.assert_allclose(teacher @ matrix + bias, reference, atol=1e-8)
+    assert (correlations > 0.5).sum() == 16
+
+
+def test_semi_orthogonal_map_into_a_wider_reference():
+    rng = np.random.default_rng(1)
+    embed = random_rotation(rng, 8, 24)  # (8, 24), orthonormal rows
+    teacher = rng.standard_normal((4000, 8)) * np.linspace(0.5, 2, 8)
+    reference = teacher @ embed + 0.05 * rng.standard_normal((4000, 24))
+    matrix, bias, correlations = align_teachers.fit_whitened_procrustes(teacher[:3000], reference[:3000], 0.0)
+    held = align_teachers.row_cosines(teacher[3000:] @ matrix + bias, reference[3000:])
+    assert held.mean() > 0.99
+    assert (correlations > 0.5).sum() == 8 and correlations.shape == (8,)
+    with pytest.raises(ValueError, match="wider than the reference"):
+        align_teachers.fit_whitened_procrustes(reference, teacher, 0.1)
+
+
+def synthetic_extraction(folder, rng, rows=600, shard_rows=100):
+    """An extraction folder by hand: reference 24-d, a teacher that sees it through a noisy 12-d window."""
+    reference = rng.standard_normal((rows, 24))
+    teacher = reference[:, :12] @ random_rotation(rng, 12, 12) + 0.8 * rng.standard_normal((rows, 12))
+    texts = [f"text {i}" for i in range(rows)]
+    corpus.write_texts(folder / "texts.jsonl", texts)
+    entries = []
+    for name, matrix in (("ref", reference), ("narrow", teacher)):
+        shards = []
+        for c, start in enumerate(range(0, rows, shard_rows)):
+            write_shard(folder / name / f"shard-{c:05d}.safetensors", matrix[start:start + shard_rows])
+            shards.append(f"{name}/shard-{c:05d}.safetensors")
+        entries.append({"name": name, "dim": matrix.shape[1], "shards": shards})
+    manifest = {"corpus": {"file": "texts.jsonl", "rows": rows, "sha256": corpus.corpus_hash(texts)},
+                "shard_rows": shard_rows, "reference": "ref", "teachers": entries}
+    (folder / "manifest.json").write_text(json.dumps(manifest))
+    return {"ref": reference.astype(np.float16).astype(np.float64),
+            "narrow": teacher.astype(np.float16).astype(np.float64)}
+
+
+def test_alignment_report_is_out_of_sample_and_drops_incomplete_chunks(tmp_path):
+    data = synthetic_extraction(tmp_path, np.random.default_rng(2))
+    (tmp_path / "narrow" / "shard-00003.safetensors").unlink()  # chunk 3 lacks a teacher
+    out = tmp_path / "align"
+    # Few fit rows for 12 x 24 parameters: the in-sample cosine flatters, the held-out one must not.
+    assert align_teachers.main(["--extract", str(tmp_path), "--out", str(out), "--fit-rows", "40",
+                                "--holdout-rows", "300", "--seed", "5"]) == 0
+    report = json.loads((out / "report.json").read_text())
+    assert report["chunks_dropped"] == [3] and report["consensus_rows"] == 500
+
+    picks = align_teachers.stratified_rows({c: 100 for c in (0, 1, 2, 4, 5)}, 40, 300, 5)
+    held = np.concatenate([c * 100 + picks[c][1] for c in (0, 1, 2, 4, 5)])
+    maps = load_file(str(out / "maps.safetensors"))
+    mapped = data["narrow"][held] @ maps["A_1"] + maps["b_1"]
+    expected = align_teachers.row_cosines(mapped, data["ref"][held]).mean()
+    narrow = report["teachers"]["narrow"]
+    assert narrow["holdout_cosine_after"] == pytest.approx(expected, abs=1e-5)
+    assert narrow["fit_cosine_after"] > narrow["holdout_cosine_after"] + 0.05
+    assert narrow["holdout_cosine_before"] is None  # widths differ
+
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert [s["chunk"] for s in manifest["shards"]] == [0, 1, 2, 4, 5]
+    consensus = load_file(str(out / "consensus" / "shard-00004.safetensors"))["embeddings"]
+    rows = slice(400, 500)
+    expected = align_teachers.consensus([data["ref"][rows], data["narrow"][rows] @ maps["A_1"] + maps["b_1"]])
+    np.testing.assert_allclose(consensus, expected, atol=2e-3)  # float16 storage
+    assert not (out / "consensus" / "shard-00003.safetensors").exists()
+
+
+# ---- extraction: resumption and data parallelism --------------------------------------------------------------------
+
+def test_extraction_writes_a_complete_manifest(extraction):
+    manifest = json.loads((extraction / "manifest.json").read_text())
+    assert manifest["corpus"]["rows"] == 200 and manifest["reference"] == "teacher-a"
+    assert [(t["name"], t["dim"], len(t["shards"])) for t in manifest["teachers"]] == [
+        ("teacher-a", 48, 5), ("teacher-b", 32, 5)]
+    shard = load_file(str(extraction / manifest["teachers"][1]["shards"][-1]))["embeddings"]
+    assert shard.shape == (200 - 4 * 48, 32) and shard.dtype == np.float16
+    np.testing.assert_allclose(np.linalg.norm(shard.astype(np.float32), axis=1), 1, atol=2e-3)
+
+
+def test_extraction_resumes_after_kill_with_identical_shards(tmp_path, extraction, tiny_teachers, caption_sample):
+    out = tmp_path / "run"
+    process = run_tool("extract_teachers", *extract_args(out, tiny_teachers, caption_sample))
+    kill_when(process, out / "teacher-a" / "shard-00001.safetensors")
+    assert not (out / "manifest.json").exists()
+    finish(run_tool("extract_teachers", *extract_args(out, tiny_teachers, caption_sample)))
+    assert shard_bytes(out) == shard_bytes(extraction) and len(shard_bytes(out)) == 10
+
+
+def test_two_process_extraction_equals_one(tmp_path, extraction, tiny_teachers, caption_sample):
+    out = tmp_path / "run"
+    command = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "-m", "tools.extract_teachers",
+               *map(str, extract_args(out, tiny_teachers, caption_sample))]
+    result = subprocess.run(command, cwd=ROOT, env=ENV, capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert sorted(p.name for p in (out / "runs").iterdir()) == ["process-0", "process-1"]
+    assert shard_bytes(out) == shard_bytes(extraction)
+    assert json.loads((out / "manifest.json").read_text())["teachers"] == \
+        json.loads((extraction / "manifest.json").read_text())["teachers"]
+
+
+def test_extraction_refuses_to_resume_another_corpus(tmp_path, extraction, tiny_teachers, caption_sample):
+    other = tmp_path / "other.jsonl"
+    corpus.write_texts(other, corpus.read_texts(caption_sample)[:50])
+    from tools import extract_teachers
+
+    with pytest.raises(SystemExit, match="other settings"):
+        extract_teachers.main(["--out", str(extraction), "--teacher", str(tiny_teachers[0]), "--corpus", str(other),
+                               "--shard-rows", "48"])
+
+
+# ---- distillation ---------------------------------------------------------------------------------------------------
+
+DISTILL = ["--steps", 24, "--batch-size", 16, "--validation-rows", 20, "--validate-every", 8,
+           "--checkpoint-every", 8, "--log-every", 4, "--warmup-steps", 4, "--max-length", 64]
+
+
+def test_distillation_resumes_exactly_after_kill(tmp_path, alignment, tiny_student):
+    common = ["--align", alignment, "--model", tiny_student, *DISTILL]
+    finish(run_tool("distill_captionbert", "--out", tmp_path / "straight", *common))
+    process = run_tool("distill_captionbert", "--out", tmp_path / "killed", *common)
+    kill_when(process, tmp_path / "killed" / "checkpoint.pt")
+    output = finish(run_tool("distill_captionbert", "--out", tmp_path / "killed", *common))
+    assert "resuming" in output
+    straight = load_file(str(tmp_path / "straight" / "final" / "model.safetensors"))
+    resumed = load_file(str(tmp_path / "killed" / "final" / "model.safetensors"))
+    assert straight.keys() == resumed.keys()
+    for key in straight:
+        np.testing.assert_array_equal(straight[key], resumed[key], err_msg=key)
+    history = json.loads((tmp_path / "killed" / "metrics.json").read_text())["history"]
+    assert [p["step"] for p in history["train"]] == [4, 8, 12, 16, 20, 24]
+
+
+def test_distillation_learns_the_consensus_and_records_itself(tmp_path, alignment, tiny_student):
+    from tools import distill_captionbert
+
+    out = tmp_path / "run"
+    assert distill_captionbert.main(["--align", str(alignment), "--out", str(out), "--model", str(tiny_student),
+                                     *map(str, DISTILL)]) == 0
+    metrics = json.loads((out / "metrics.json").read_text())
+    validation = metrics["history"]["validation"]
+    assert validation[-1]["cosine"] > validation[0]["cosine"]  # the student moves towards the consensus
+    train = metrics["history"]["train"]
+    assert train[-1]["loss"] < train[0]["loss"]
+    assert (out / "loss_curve.png").stat().st_size > 10_000
+    assert list((out / "tensorboard").glob("events.out.tfevents.*"))
+    run = json.loads((out / "run.json").read_text())
+    assert run["status"] == "ok" and run["git_commit"]
+    with pytest.raises(SystemExit, match="another config"):  # resuming with other options is refused
+        distill_captionbert.main(["--align", str(alignment), "--out", str(out), "--model", str(tiny_student),
+                                  *map(str, DISTILL[:-2]), "--max-length", "32"])
+
+
+# ---- end to end -----------------------------------------------------------------------------------------------------
+
+def test_pipeline_end_to_end_exports_a_loadable_folder_with_a_generated_card(tmp_path, alignment, extraction,
+                                                                             tiny_teachers, tiny_student):
+    from tools import distill_captionbert, export_captionbert
+
+    distill = tmp_path / "distill"
+    assert distill_captionbert.main(["--align", str(alignment), "--out", str(distill), "--model", str(tiny_student),
+                                     *map(str, DISTILL)]) == 0
+    eval_dir = tmp_path / "eval"
+    assert evaluate.main(["--out", str(eval_dir), "--gauge-captions", "100",
+                          "--encoder", f"captionbert-8192-v2={distill / 'final'}",
+                          "--encoder", str(tiny_teachers[0]), "--encoder", str(tiny_teachers[1])]) == 0
+    target = captionbert_copy(tmp_path / "hub-folder", **{**TINY_CAPTIONBERT, "output_dim": 48})
+    assert export_captionbert.main(["--extract", str(extraction), "--align", str(alignment), "--distill",
+                                    str(distill), "--eval", str(eval_dir), "--to", str(target)]) == 0
+
+    assert (target / "model.safetensors").read_bytes() == (distill / "final" / "model.safetensors").read_bytes()
+    card = (target / "README.md").read_text()
+    metrics = json.loads((eval_dir / "metrics.json").read_text())
+    student = metrics["captionbert-8192-v2"]
+    row = next(line for line in card.splitlines() if line.startswith("| **captionbert-8192-v2**"))
+    assert f"{student['mean']:.4f}" in row and f"{student['STS12']:.4f}" in row and f"{student['erank']:.1f}" in row
+    report = json.loads((alignment / "report.json").read_text())
+    assert f"{report['teachers']['teacher-b']['holdout_cosine_after']:.3f}" in card
+    cells = {cell.strip() for line in card.splitlines() if line.startswith("|") for cell in line.split("|")}
+    assert not cells & {"None", "nan"} and "{" not in card.split("## Use")[0]
+
+    # The card must refuse numbers that belong to other weights.
+    (distill / "final" / "model.safetensors").write_bytes(b"0" * 10)
+    with pytest.raises(SystemExit, match="scored other weights"):
+        export_captionbert.main(["--extract", str(extraction), "--align", str(alignment), "--distill", str(distill),
+                                 "--eval", str(eval_dir), "--to", str(target)])
