@@ -126,11 +126,11 @@ def main(argv=None):
     mine = starts[state.process_index::state.num_processes]
     options = encoders.EncodeOptions(config.batch_size, config.max_length, show_progress=False, device=state.device)
 
-    record = runs.RunRecord(config.out / "runs" / f"process-{state.process_index}", config, "extract_teachers")
-    with record:
+    with runs.RunRecord(config.out / "runs" / f"process-{state.process_index}", config, "extract_teachers"):
         teachers = []
         for spec in config.teachers:
-            name, encoder = encoders.load(spec, options)
+            with state.main_process_first():  # one process unpacks or downloads a teacher, the others then read it
+                name, encoder = encoders.load(spec, options)
             todo = [s for s in mine if not shard_path(config.out, name, s // config.shard_rows).exists()]
             bar = tqdm(total=len(mine), initial=len(mine) - len(todo), desc=f"{name} [{state.process_index}]",
                        unit="shard", disable=not state.is_local_main_process and state.num_processes > 1)
