@@ -240,7 +240,7 @@ def main(argv=None):
     schedule = get_cosine_schedule_with_warmup(optimizer, config.warmup_steps, config.steps)
     config.out.mkdir(parents=True, exist_ok=True)
     checkpoint = config.out / "checkpoint.pt"
-    step, history = 0, {"train": [], "validation": []}
+    step, history = 0, {"train": [], "validation": [], "training_seconds": 0.0}
     if checkpoint.exists():
         previous = runs.read_json(config.out / "config.json")
         if previous != json.loads(json.dumps(dataclasses.asdict(config), default=str)):
@@ -267,10 +267,13 @@ def main(argv=None):
         writer = SummaryWriter(str(config.out / "tensorboard"), purge_step=step + 1)
         bar = tqdm(total=config.steps, initial=step, desc="distill", unit="step")
         tokens_seen, busy_seconds = 0, 0.0  # throughput counts training steps only, not validation or saving
+        epoch_batches = (None, None)  # (epoch, its batches)
         while step < config.steps:
             started = time.perf_counter()
             epoch, position = divmod(step, batches_per_epoch)
-            rows = training_rows[bucketed_batches(lengths, config.batch_size, config.seed, epoch)[position]]
+            if epoch_batches[0] != epoch:
+                epoch_batches = (epoch, bucketed_batches(lengths, config.batch_size, config.seed, epoch))
+            rows = training_rows[epoch_batches[1][position]]
             input_ids, attention_mask = collate(token_ids, rows, tokenizer.pad_token_id)
             terms = train_step(model, optimizer, input_ids.to(device), attention_mask.to(device),
                                targets[rows].float().to(device), config)
@@ -278,6 +281,7 @@ def main(argv=None):
             step += 1
             tokens_seen += int(attention_mask.sum())
             busy_seconds += time.perf_counter() - started
+            history["training_seconds"] += time.perf_counter() - started
             bar.update()
 
             if step % config.log_every == 0 or step == config.steps:
@@ -308,7 +312,8 @@ def main(argv=None):
         metrics = {"parameters": parameters, "steps": step, "epochs": round(step / batches_per_epoch, 3),
                    "training_rows": int(len(training_rows)), "validation_rows": int(len(validation_rows)),
                    "teachers": teachers, "final_validation_cosine": history["validation"][-1]["cosine"],
-                   "final_train": history["train"][-1], "history": history}
+                   "final_train": history["train"][-1], "training_minutes": round(history["training_seconds"] / 60, 1),
+                   "history": history}
         runs.write_json(config.out / "metrics.json", metrics)
         record.info["device"] = str(device)
     print(f"validation cosine to the consensus {metrics['final_validation_cosine']:.4f}; wrote {final}")

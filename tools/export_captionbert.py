@@ -205,7 +205,8 @@ autocast: {distill_config['bf16']}; texts truncated to {distill_config['max_leng
 {distill_config['seed']}. {distill_metrics['steps']:,} steps = {distill_metrics['epochs']:.2f} epochs of
 {distill_metrics['training_rows']:,} texts; final training loss {train['loss']:.3f} (InfoNCE {train['info_nce']:.3f});
 cosine to the consensus on {distill_metrics['validation_rows']:,} held-out corpus rows
-{distill_metrics['final_validation_cosine']:.4f}; {train['tokens_per_second']:,.0f} tokens/s at the end.
+{distill_metrics['final_validation_cosine']:.4f}; {distill_metrics['training_minutes']} minutes of training steps
+({train['tokens_per_second']:,.0f} tokens/s at the end).
 
 ![loss curve]({curve})
 
