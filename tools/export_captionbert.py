@@ -173,7 +173,7 @@ is more isotropic); `erank` = participation ratio of the centred embeddings of t
 The student {verdict_mean} the 0.65 goal of this preset (mean {student['mean']:.4f}; best teacher {best_teacher}
 {metrics[best_teacher]['mean']:.4f}) and its self_cos ({student['self_cos']:+.3f}) is {verdict_cos} every
 teacher's (lowest {lowest_teacher_self_cos:+.3f}). {FOR_SCALE} was trained on 1B+ labelled pairs; this student never
-saw a label.
+saw a label itself, only the teachers' embeddings.
 
 ## How these weights were built
 
@@ -212,10 +212,10 @@ cosine to the consensus on {distill_metrics['validation_rows']:,} held-out corpu
 
 ## Known limits (re-measured on this run)
 
-- **Consensus rank.** The teachers agree on few directions: the consensus has a participation ratio of
-  {align_report['consensus_erank_holdout']:.1f} of {metrics[STUDENT]['dim']} on held-out rows, and the narrowest agreement with the
-  reference is {align_report['shared_directions_all_teachers']} canonical correlations above 0.5. The student can
-  only learn what the consensus spans.
+- **Consensus rank.** The target the student learns has a participation ratio of
+  {align_report['consensus_erank_holdout']:.1f} of {metrics[STUDENT]['dim']} directions on held-out corpus rows; the
+  teacher that agrees least with the reference shares {align_report['shared_directions_all_teachers']} directions
+  with it (canonical correlations above 0.5). The student can only learn what the consensus spans.
 - **In domain vs out of domain.** The student's participation ratio is {student['erank']:.1f} on held-out captions
   and {student['erank_sts']:.1f} on STS-8 sentences.
 - **Caption domain bias.** The corpus is mostly image captions (see the corpus table): the per-task scores show
