@@ -1,0 +1,138 @@
+"""AMOE arms: small adapters on a frozen trunk's residual stream, mixed per token by a sinh/cosh dispatch.
+
+The maths is the contract in ../shared/specs/amoe.md. An arm has one `ArmSite` after every transformer block; a
+`Dispatch` has one `BlockDispatch` per block; `AmoeLayer` wraps a trunk layer (kept as `base_layer`) and adds
+
+    y = x + sum over ENABLED arms k of (w_k / z) * delta_k(x),   w_k = sinh(u_k),  z = sum over ALL arms cosh(u_j)
+
+to the layer's output x. With no arm enabled the layer returns its base layer's output object untouched, which is
+the toggle law: the trunk's outputs stay bit-identical. Legend: N tokens (packed), D hidden, S slots (64),
+G slot groups (16) of width 4, K codebook atoms (64), A arms in the roster.
+"""
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+SLOTS, GROUP_WIDTH, ATOMS, HEAD_WIDTH = 64, 4, 64, 178
+KEY_WIDTH = 64  # width of the dispatch's fixed key projection
+TAU = 0.1
+GATE_INIT = -3.0
+
+
+def sinh_cosh_mix(logits, values):
+    """sum_k sinh(u_k) v_k / sum_k cosh(u_k) over the last axis of `logits` (..., K) with values (K, W), computed
+    with max|u| subtracted before exponentiating so large |u| (small tau) stays finite."""
+    shift = logits.abs().amax(dim=-1, keepdim=True)
+    positive, negative = torch.exp(logits - shift), torch.exp(-logits - shift)
+    return ((positive - negative) @ values) / (positive + negative).sum(dim=-1, keepdim=True)
+
+
+class ArmSite(nn.Module):
+    """One arm at one block: slots -> sinh/cosh address over a codebook -> ReLU^2 head -> sigmoid gate.
+    136,599 parameters at D = 512. The output projection is zero-initialised, so a fresh site emits exact zeros."""
+
+    def __init__(self, hidden_size, tau=TAU):
+        super().__init__()
+        self.tau = tau
+        self.slots = nn.Linear(hidden_size, SLOTS, bias=False)
+        nn.init.orthogonal_(self.slots.weight)
+        self.codebook = nn.Parameter(F.normalize(torch.randn(ATOMS, GROUP_WIDTH), dim=-1))
+        self.head_in = nn.Linear(SLOTS, HEAD_WIDTH)
+        self.head_norm = nn.LayerNorm(HEAD_WIDTH)
+        self.head_out = nn.Linear(HEAD_WIDTH, hidden_size)
+        nn.init.zeros_(self.head_out.weight)
+        nn.init.zeros_(self.head_out.bias)
+        self.gate = nn.Parameter(torch.tensor(GATE_INIT))
+
+    def forward(self, hidden):
+        """hidden (N, D) -> delta (N, D)."""
+        slots = F.normalize(self.slots(hidden).unflatten(-1, (SLOTS // GROUP_WIDTH, GROUP_WIDTH)), dim=-1)  # (N, G, 4)
+        atoms = F.normalize(self.codebook, dim=-1)  # (K, 4)
+        addressed = sinh_cosh_mix(slots @ atoms.T / self.tau, atoms)  # (N, G, 4)
+        features = F.relu(self.head_in(addressed.flatten(-2))) ** 2  # (N, 178)
+        return torch.sigmoid(self.gate) * self.head_out(self.head_norm(features))  # (N, D)
+
+
+class Arm(nn.Module):
+    """One named arm: an ArmSite after each of the trunk's blocks (state keys blocks.{i}.{param})."""
+
+    def __init__(self, hidden_size, num_blocks, tau=TAU):
+        super().__init__()
+        self.blocks = nn.ModuleList(ArmSite(hidden_size, tau) for _ in range(num_blocks))
+
+
+class BlockDispatch(nn.Module):
+    """Per-token routing at one block: a fixed seeded orthonormal key projection K and one trainable key per arm."""
+
+    def __init__(self, hidden_size, num_arms, seed, tau=TAU):
+        super().__init__()
+        if hidden_size < KEY_WIDTH:
+            raise ValueError(f"the dispatch projects onto {KEY_WIDTH} orthonormal keys: hidden_size must be at least "
+                             f"{KEY_WIDTH}, got {hidden_size}")
+        self.tau = tau
+        generator = torch.Generator().manual_seed(seed)
+        keys = torch.linalg.qr(torch.randn(hidden_size, KEY_WIDTH, generator=generator)).Q.T  # (64, D), orthonormal rows
+        self.register_buffer("key_projection", keys.contiguous())
+        self.routing_keys = nn.Parameter(torch.empty(num_arms, KEY_WIDTH))
+        nn.init.orthogonal_(self.routing_keys)
+
+    def forward(self, hidden):
+        """hidden (N, D) -> w / z (N, A): sinh(u_k) / sum over the whole roster of cosh(u_j)."""
+        token_keys = F.normalize(hidden @ self.key_projection.T, dim=-1)  # (N, 64)
+        logits = token_keys @ F.normalize(self.routing_keys, dim=-1).T / self.tau  # (N, A)
+        return sinh_cosh_mix(logits, torch.eye(logits.shape[-1], dtype=logits.dtype, device=logits.device))
+
+
+class Dispatch(nn.Module):
+    """The routing of one collective: a BlockDispatch per block; row k of every block belongs to roster[k]."""
+
+    def __init__(self, roster, hidden_size, num_blocks, seed=0, tau=TAU):
+        super().__init__()
+        if len(set(roster)) != len(roster) or not roster:
+            raise ValueError(f"a roster lists distinct arm names, at least one: {roster}")
+        self.roster = list(roster)
+        self.blocks = nn.ModuleList(BlockDispatch(hidden_size, len(roster), seed + i, tau) for i in range(num_blocks))
+
+
+class AmoeLayer(nn.Module):
+    """A trunk layer wrapped with the arms' sites at its index. `enabled` (a list shared by every wrapped layer of
+    one model) names the arms that contribute; with none enabled the base layer's output is returned as is."""
+
+    def __init__(self, base_layer, index, arms, dispatch, enabled):
+        super().__init__()
+        self.base_layer = base_layer
+        self.index = index
+        self.sites = nn.ModuleDict({name: arms[name].blocks[index] for name in dispatch.roster})
+        self.dispatch = dispatch.blocks[index]
+        self.roster = dispatch.roster
+        self.enabled = enabled
+
+    def forward(self, hidden, *args, **kwargs):
+        output = self.base_layer(hidden, *args, **kwargs)  # (N, D) packed tokens
+        if not self.enabled:
+            return output
+        weights = self.dispatch(output)  # (N, A)
+        mixed = output
+        for k, name in enumerate(self.roster):
+            if name in self.enabled:
+                mixed = mixed + weights[:, k:k + 1] * self.sites[name](output)
+        return mixed
+
+
+def wrap_layers(layers, arms, dispatch, enabled):
+    """Replace each entry of the ModuleList `layers` by an AmoeLayer around it, in place."""
+    missing = [name for name in dispatch.roster if name not in arms]
+    if missing:
+        raise KeyError(f"no arm loaded for roster entries {missing}")
+    for index in range(len(layers)):
+        if isinstance(layers[index], AmoeLayer):
+            raise ValueError("these layers already carry arms; detach first")
+        layers[index] = AmoeLayer(layers[index], index, arms, dispatch, enabled)
+
+
+def unwrap_layers(layers):
+    """Put every wrapped layer's very own base_layer object back, in place."""
+    for index in range(len(layers)):
+        if isinstance(layers[index], AmoeLayer):
+            layers[index] = layers[index].base_layer

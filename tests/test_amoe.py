@@ -1,0 +1,95 @@
+"""shared_modeling/amoe.py against the contract in ../shared/specs/amoe.md: sizes, the sinh/cosh maths, inert
+fresh arms, and the toggle law on a wrapped encoder (arms off == bare trunk, bit for bit)."""
+
+import math
+
+import pytest
+import torch
+
+from shared_modeling.amoe import Arm, ArmSite, Dispatch, sinh_cosh_mix, unwrap_layers, wrap_layers
+from shared_modeling.layers import Encoder
+
+
+def test_parameter_counts_match_the_spec():
+    assert sum(p.numel() for p in ArmSite(512).parameters()) == 136_599
+    assert sum(p.numel() for p in Arm(512, 12).parameters()) == 1_639_188  # "1.64M per arm"
+
+
+def test_sinh_cosh_mix_is_exact_and_stable():
+    logits = torch.tensor([[0.3, -1.2, 2.0]], dtype=torch.float64)
+    values = torch.eye(3, dtype=torch.float64)
+    expected = torch.sinh(logits) / torch.cosh(logits).sum()
+    torch.testing.assert_close(sinh_cosh_mix(logits, values), expected)
+    huge = sinh_cosh_mix(torch.tensor([[400.0, -900.0, 10.0]]), torch.eye(3))  # tau -> 0: no overflow
+    assert torch.isfinite(huge).all() and huge[0, 1] == pytest.approx(-1.0)
+
+
+def test_dispatch_weights_one_arm_is_tanh_and_the_budget_is_below_one():
+    torch.manual_seed(0)
+    hidden = torch.randn(50, 64)
+    single = Dispatch(["a"], 64, num_blocks=1).blocks[0]
+    keys = torch.nn.functional.normalize(hidden @ single.key_projection.T, dim=-1)
+    u = keys @ torch.nn.functional.normalize(single.routing_keys, dim=-1).T / single.tau
+    torch.testing.assert_close(single(hidden), torch.tanh(u))
+    weights = Dispatch(["a", "b", "c"], 64, num_blocks=1).blocks[0](hidden)
+    assert (weights.abs().sum(dim=-1) < 1).all() and (weights < 0).any()  # inhibition is allowed
+
+
+def test_key_projection_is_seeded_and_orthonormal():
+    first, second = Dispatch(["a"], 64, 2, seed=7), Dispatch(["a"], 64, 2, seed=7)
+    for one, two in zip(first.blocks, second.blocks):
+        assert torch.equal(one.key_projection, two.key_projection)
+    keys = first.blocks[0].key_projection
+    torch.testing.assert_close(keys @ keys.T, torch.eye(keys.shape[0]), atol=1e-5, rtol=0)
+    assert not torch.equal(first.blocks[0].key_projection, first.blocks[1].key_projection)
+    with pytest.raises(ValueError, match="at least 64"):
+        Dispatch(["a"], 32, 1)
+
+
+def tiny_encoder():
+    torch.manual_seed(0)
+    return Encoder(2, 64, 2, 128, 1e-12, 0.1).eval()
+
+
+def encode(encoder, hidden, mask):
+    with torch.no_grad():
+        return encoder(hidden, mask, "sdpa")
+
+
+def trained_like(arm):
+    """An arm whose output projections are no longer zero, as after training."""
+    with torch.no_grad():
+        for site in arm.blocks:
+            site.head_out.weight.normal_(std=0.5)
+    return arm
+
+
+def test_toggle_law_on_a_wrapped_encoder():
+    encoder = tiny_encoder()
+    hidden, mask = torch.randn(3, 7, 64), torch.tensor([[1] * 7, [1] * 4 + [0] * 3, [1] * 2 + [0] * 5])
+    bare = encode(encoder, hidden, mask)
+    originals = list(encoder.layers)
+    arms = {"a": trained_like(Arm(64, 2)), "b": trained_like(Arm(64, 2))}
+    enabled = ["a", "b"]
+    wrap_layers(encoder.layers, arms, Dispatch(["a", "b"], 64, 2), enabled)
+    assert not torch.equal(encode(encoder, hidden, mask), bare)  # trained arms change the output
+    enabled.clear()
+    assert torch.equal(encode(encoder, hidden, mask), bare)  # every arm off == bare, bit for bit
+    enabled.append("b")
+    only_b = encode(encoder, hidden, mask)
+    assert not torch.equal(only_b, bare)
+    enabled.clear()
+    unwrap_layers(encoder.layers)
+    assert all(now is before for now, before in zip(encoder.layers, originals))  # the very same objects back
+    assert torch.equal(encode(encoder, hidden, mask), bare)
+    with pytest.raises(KeyError, match="no arm loaded"):
+        wrap_layers(encoder.layers, {"a": arms["a"]}, Dispatch(["a", "b"], 64, 2), enabled)
+
+
+def test_a_fresh_arm_is_exactly_inert():
+    encoder = tiny_encoder()
+    hidden, mask = torch.randn(2, 5, 64), torch.ones(2, 5, dtype=torch.long)
+    bare = encode(encoder, hidden, mask)
+    wrap_layers(encoder.layers, {"fresh": Arm(64, 2)}, Dispatch(["fresh"], 64, 2), ["fresh"])
+    assert torch.equal(encode(encoder, hidden, mask), bare)
+    assert math.isclose(torch.sigmoid(torch.tensor(-3.0)).item(), torch.sigmoid(Arm(64, 1).blocks[0].gate).item())
