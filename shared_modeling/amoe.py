@@ -10,8 +10,14 @@ the toggle law: the trunk's outputs stay bit-identical. Legend: N tokens (packed
 G slot groups (16) of width 4, K codebook atoms (64), A arms in the roster.
 """
 
+import hashlib
+import json
+from pathlib import Path
+
 import torch
 import torch.nn.functional as F
+from safetensors import safe_open
+from safetensors.torch import save_file
 from torch import nn
 
 SLOTS, GROUP_WIDTH, ATOMS, HEAD_WIDTH = 64, 4, 64, 178
@@ -136,3 +142,79 @@ def unwrap_layers(layers):
     for index in range(len(layers)):
         if isinstance(layers[index], AmoeLayer):
             layers[index] = layers[index].base_layer
+
+
+# ---- files: safetensors only, header metadata checked on load -------------------------------------------------------
+
+ARM_FORMAT, DISPATCH_FORMAT, FORMAT_VERSION = "amoe-arm", "amoe-dispatch", "1"
+
+
+def content_hash(tensors):
+    """sha256 over a {name: tensor} dict: sorted names, dtypes, shapes and bytes. Used for files and trunks alike."""
+    digest = hashlib.sha256()
+    for name in sorted(tensors):
+        tensor = tensors[name].detach().cpu().contiguous()
+        digest.update(f"{name}|{tensor.dtype}|{tuple(tensor.shape)}|".encode())
+        digest.update(tensor.reshape(-1).view(torch.uint8).numpy().tobytes())
+    return digest.hexdigest()
+
+
+def _read(path, expected_format):
+    """(tensors, metadata) of an AMOE file, after checking its format and content hash; clear errors otherwise."""
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"AMOE file {path} not found")
+    try:
+        with safe_open(str(path), framework="pt") as handle:
+            metadata = handle.metadata() or {}
+            tensors = {name: handle.get_tensor(name) for name in handle.keys()}
+    except Exception as error:  # safetensors raises its own error types for truncated or garbled files
+        raise ValueError(f"{path} is not a readable safetensors file (truncated or corrupted?): {error}") from error
+    if metadata.get("format") != expected_format:
+        raise ValueError(f"{path} is not an {expected_format} file (format {metadata.get('format')!r})")
+    if metadata.get("content_hash") != content_hash(tensors):
+        raise ValueError(f"{path}: content hash mismatch, the tensors were changed or corrupted")
+    return tensors, metadata
+
+
+def _check_trunk(path, metadata, trunk_hash, force):
+    if trunk_hash is not None and metadata["trunk_hash"] != trunk_hash and not force:
+        raise ValueError(f"{path} was trained on trunk {metadata['trunk_hash'][:12]}, not this one "
+                         f"({trunk_hash[:12]}): arms do not transfer between trunks (force=True overrides)")
+
+
+def save_arm(path, arm, name, trunk_hash, meta):
+    """amoe/arms/<name>.safetensors: tensors blocks.{i}.{param}; metadata format, version, name, trunk_hash,
+    meta (JSON), content_hash."""
+    tensors = {key: value.detach().contiguous() for key, value in arm.state_dict().items()}
+    metadata = {"format": ARM_FORMAT, "version": FORMAT_VERSION, "name": name, "trunk_hash": trunk_hash,
+                "meta": json.dumps(meta, sort_keys=True), "content_hash": content_hash(tensors)}
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    save_file(tensors, str(path), metadata=metadata)
+
+
+def load_arm(path, hidden_size, num_blocks, trunk_hash=None, force=False):
+    """(Arm, metadata) from a file written by save_arm; refuses another trunk's arm unless force."""
+    tensors, metadata = _read(path, ARM_FORMAT)
+    _check_trunk(path, metadata, trunk_hash, force)
+    arm = Arm(hidden_size, num_blocks)
+    arm.load_state_dict(tensors)
+    return arm, metadata
+
+
+def save_dispatch(path, dispatch, trunk_hash):
+    """amoe/<collective>/dispatch.safetensors: key projections and routing keys; the roster ORDER in metadata."""
+    tensors = {key: value.detach().contiguous() for key, value in dispatch.state_dict().items()}
+    metadata = {"format": DISPATCH_FORMAT, "version": FORMAT_VERSION, "roster": json.dumps(dispatch.roster),
+                "tau": repr(dispatch.blocks[0].tau), "trunk_hash": trunk_hash, "content_hash": content_hash(tensors)}
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    save_file(tensors, str(path), metadata=metadata)
+
+
+def load_dispatch(path, hidden_size, num_blocks, trunk_hash=None, force=False):
+    """(Dispatch, metadata) from a file written by save_dispatch; the roster and its order come from the file."""
+    tensors, metadata = _read(path, DISPATCH_FORMAT)
+    _check_trunk(path, metadata, trunk_hash, force)
+    dispatch = Dispatch(json.loads(metadata["roster"]), hidden_size, num_blocks, tau=float(metadata["tau"]))
+    dispatch.load_state_dict(tensors)
+    return dispatch, metadata

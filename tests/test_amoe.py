@@ -1,12 +1,14 @@
 """shared_modeling/amoe.py against the contract in ../shared/specs/amoe.md: sizes, the sinh/cosh maths, inert
 fresh arms, and the toggle law on a wrapped encoder (arms off == bare trunk, bit for bit)."""
 
+import json
 import math
 
 import pytest
 import torch
 
-from shared_modeling.amoe import Arm, ArmSite, Dispatch, sinh_cosh_mix, unwrap_layers, wrap_layers
+from shared_modeling.amoe import (Arm, ArmSite, Dispatch, content_hash, load_arm, load_dispatch, save_arm,
+                                  save_dispatch, sinh_cosh_mix, unwrap_layers, wrap_layers)
 from shared_modeling.layers import Encoder
 
 
@@ -93,3 +95,44 @@ def test_a_fresh_arm_is_exactly_inert():
     wrap_layers(encoder.layers, {"fresh": Arm(64, 2)}, Dispatch(["fresh"], 64, 2), ["fresh"])
     assert torch.equal(encode(encoder, hidden, mask), bare)
     assert math.isclose(torch.sigmoid(torch.tensor(-3.0)).item(), torch.sigmoid(Arm(64, 1).blocks[0].gate).item())
+
+
+# ---- files -------------------------------------------------------------------------------------------------------
+
+def test_arm_and_dispatch_files_round_trip_and_keep_the_roster_order(tmp_path):
+    arm = trained_like(Arm(64, 2))
+    save_arm(tmp_path / "arms" / "equiv.safetensors", arm, "equiv", "trunk-1", {"data": "snli"})
+    loaded, metadata = load_arm(tmp_path / "arms" / "equiv.safetensors", 64, 2, trunk_hash="trunk-1")
+    assert metadata["name"] == "equiv" and json.loads(metadata["meta"]) == {"data": "snli"}
+    assert content_hash(loaded.state_dict()) == content_hash(arm.state_dict())
+    assert sorted(loaded.state_dict())[0].startswith("blocks.0.")
+
+    dispatch = Dispatch(["paraphrase", "equiv"], 64, 2, seed=3)
+    save_dispatch(tmp_path / "collective" / "dispatch.safetensors", dispatch, "trunk-1")
+    restored, _ = load_dispatch(tmp_path / "collective" / "dispatch.safetensors", 64, 2, trunk_hash="trunk-1")
+    assert restored.roster == ["paraphrase", "equiv"]
+    hidden = torch.randn(5, 64)
+    assert torch.equal(restored.blocks[1](hidden), dispatch.blocks[1](hidden))
+
+
+def test_arm_files_refuse_other_trunks_corruption_truncation_and_wrong_kinds(tmp_path):
+    path = tmp_path / "arm.safetensors"
+    save_arm(path, trained_like(Arm(64, 1)), "equiv", "trunk-1", {})
+    with pytest.raises(ValueError, match="do not transfer"):
+        load_arm(path, 64, 1, trunk_hash="trunk-2")
+    load_arm(path, 64, 1, trunk_hash="trunk-2", force=True)
+    with pytest.raises(ValueError, match="not an amoe-dispatch file"):
+        load_dispatch(path, 64, 1)
+
+    data = bytearray(path.read_bytes())
+    data[-5] ^= 0xFF  # one flipped bit pattern inside the last tensor
+    corrupted = tmp_path / "corrupted.safetensors"
+    corrupted.write_bytes(bytes(data))
+    with pytest.raises(ValueError, match="content hash mismatch"):
+        load_arm(corrupted, 64, 1)
+    truncated = tmp_path / "truncated.safetensors"
+    truncated.write_bytes(path.read_bytes()[:-100])
+    with pytest.raises(ValueError, match="truncated or corrupted"):
+        load_arm(truncated, 64, 1)
+    with pytest.raises(FileNotFoundError):
+        load_arm(tmp_path / "missing.safetensors", 64, 1)
