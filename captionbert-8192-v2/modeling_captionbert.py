@@ -7,8 +7,10 @@ through one SDPA/eager dispatch point) -> masked mean pool -> head (Linear -> GE
 flat `shared_*.py` files. Legend: B batch, T tokens, D hidden (512), E embedding width (768).
 """
 
+import contextlib
 import sys
 import warnings
+from pathlib import Path
 
 import torch
 import torch.nn.functional as F
@@ -57,6 +59,7 @@ class CaptionBertModel(CaptionBertPreTrainedModel):
         )
         self.head = SentenceHead(config.hidden_size, config.output_dim, config.layer_norm_eps)
         self._tokenizer = None
+        self._amoe = None  # the attached arms' state (attach_amoe), None for the bare trunk
         self.post_init()
 
     def forward(self, input_ids, attention_mask=None):
@@ -142,6 +145,108 @@ class CaptionBertModel(CaptionBertPreTrainedModel):
             for i in too_long:
                 token_ids[i] = token_ids[i][:limit - 1] + token_ids[i][-1:]
         return token_ids
+
+    # ---- AMOE arms (shared_amoe.py; imported only when one of these is called) ------------------------------------
+
+    def attach_amoe(self, names=None, path=None, force=False):
+        """Attach the shipped AMOE collective: its arms after every block, mixed by its dispatch.
+
+        path: an amoe/ folder; None = amoe/ in this model's own folder or Hub repo. It must hold exactly one
+        collective (<path>/<collective>/dispatch.safetensors) and the arms under <path>/arms/. names: None takes the
+        roster and its order from the dispatch; a list must name the same arms in the same order. force: attach arms
+        trained on another trunk. Checks the toggle law (every arm off == the bare trunk) and raises on mismatch.
+        """
+        from .shared_amoe import content_hash, load_arm, load_dispatch, unwrap_layers, wrap_layers
+
+        if self._amoe is not None:
+            raise RuntimeError("arms are attached already; detach_amoe() first")
+        folder = self._amoe_folder(path)
+        dispatches = sorted(p for p in folder.glob("*/dispatch.safetensors") if p.parent.name != "arms")
+        if len(dispatches) != 1:
+            raise FileNotFoundError(f"{folder} must hold exactly one <collective>/dispatch.safetensors, found "
+                                    f"{[str(p.relative_to(folder)) for p in dispatches]}")
+        fingerprint, trunk_hash = self._amoe_fingerprint(), content_hash(self.state_dict())
+        hidden, blocks = self.config.hidden_size, self.config.num_hidden_layers
+        dispatch, _ = load_dispatch(dispatches[0], hidden, blocks, trunk_hash, force)
+        if names is not None and list(names) != dispatch.roster:
+            raise ValueError(f"arms {list(names)} do not match the dispatch's roster {dispatch.roster}: routing keys "
+                             "are positional, so the names and their order must be the roster's")
+        arms = {name: load_arm(folder / "arms" / f"{name}.safetensors", hidden, blocks, trunk_hash, force)[0]
+                for name in dispatch.roster}
+        enabled = list(dispatch.roster)
+        wrap_layers(self.encoder.layers, arms, dispatch, enabled)
+        self._amoe = {"arms": arms, "dispatch": dispatch, "enabled": enabled, "fingerprint": fingerprint}
+        with self.amoe_off():
+            if not torch.equal(self._amoe_fingerprint(), fingerprint):
+                unwrap_layers(self.encoder.layers)
+                self._amoe = None
+                raise RuntimeError("toggle law violated: with every arm off the model differs from the bare trunk")
+        self.to(self.device)
+        return self
+
+    @contextlib.contextmanager
+    def amoe_off(self):
+        """Every arm off inside the block (the bare trunk, bit for bit); the previous state comes back after."""
+        enabled = self._amoe_state()["enabled"]
+        previous = list(enabled)
+        enabled.clear()
+        try:
+            yield self
+        finally:
+            enabled[:] = previous
+
+    def set_amoe(self, names):
+        """Enable exactly these arms of the roster ([] = none); the weights keep their roster-wide normaliser."""
+        state = self._amoe_state()
+        unknown = [name for name in names if name not in state["dispatch"].roster]
+        if unknown:
+            raise ValueError(f"unknown arms {unknown}; the roster is {state['dispatch'].roster}")
+        state["enabled"][:] = [name for name in state["dispatch"].roster if name in names]
+
+    def detach_amoe(self):
+        """Remove the arms, put the original layer objects back, check the bare trunk; returns {"arms", "dispatch"}."""
+        from .shared_amoe import unwrap_layers
+
+        state = self._amoe_state()
+        unwrap_layers(self.encoder.layers)
+        self._amoe = None
+        if not torch.equal(self._amoe_fingerprint(), state["fingerprint"]):
+            raise RuntimeError("toggle law violated: after detaching, the model differs from the bare trunk")
+        return {"arms": state["arms"], "dispatch": state["dispatch"]}
+
+    def _amoe_state(self):
+        if self._amoe is None:
+            raise RuntimeError("no arms attached; call attach_amoe() first")
+        return self._amoe
+
+    def _amoe_folder(self, path):
+        if path is not None:
+            folder = Path(path)
+        elif Path(self.name_or_path).is_dir():
+            folder = Path(self.name_or_path) / "amoe"
+        elif self.name_or_path:
+            from huggingface_hub import snapshot_download
+
+            folder = Path(snapshot_download(self.name_or_path, allow_patterns=["amoe/*", "amoe/*/*"])) / "amoe"
+        else:
+            raise ValueError("this model has no folder or repo to find amoe/ in; pass path=")
+        if not folder.is_dir():
+            raise FileNotFoundError(f"{folder} not found: this model folder ships no AMOE arms")
+        return folder
+
+    def _amoe_fingerprint(self):
+        """Sentence embeddings of a fixed probe batch (seeded ids, one padded row) in eval mode, fp32."""
+        generator = torch.Generator().manual_seed(0)
+        input_ids = torch.randint(1000, self.config.vocab_size, (2, 16), generator=generator).to(self.device)
+        attention_mask = torch.ones_like(input_ids)
+        attention_mask[1, 9:] = 0
+        was_training = self.training
+        self.eval()
+        try:
+            with torch.no_grad():
+                return self(input_ids, attention_mask).pooler_output.float().cpu()
+        finally:
+            self.train(was_training)
 
 
 def _check_texts(texts):

@@ -136,3 +136,85 @@ def test_arm_files_refuse_other_trunks_corruption_truncation_and_wrong_kinds(tmp
         load_arm(truncated, 64, 1)
     with pytest.raises(FileNotFoundError):
         load_arm(tmp_path / "missing.safetensors", 64, 1)
+
+
+# ---- the model API on a tiny captionbert ---------------------------------------------------------------------------
+
+@pytest.fixture()
+def model_with_arms(tmp_path):
+    """(folder, model): a saved tiny captionbert (hidden 64) whose amoe/ ships a two-arm collective."""
+    from transformers import AutoModel
+
+    from conftest import TINY_CAPTIONBERT, build_from_folder, captionbert_copy
+
+    folder = captionbert_copy(tmp_path / "captionbert", **{**TINY_CAPTIONBERT, "hidden_size": 64,
+                                                           "intermediate_size": 128})
+    build_from_folder(folder).save_pretrained(folder)
+    model = AutoModel.from_pretrained(folder, trust_remote_code=True).eval()
+    trunk = content_hash(model.state_dict())
+    torch.manual_seed(1)
+    for name in ("paraphrase", "equiv"):
+        save_arm(folder / "amoe" / "arms" / f"{name}.safetensors", trained_like(Arm(64, 2)), name, trunk, {})
+    save_dispatch(folder / "amoe" / "collective" / "dispatch.safetensors", Dispatch(["paraphrase", "equiv"], 64, 2),
+                  trunk)
+    return folder, model
+
+
+def embed(model):
+    return model._amoe_fingerprint()
+
+
+def test_model_toggle_law_attach_off_set_detach_cycles(model_with_arms):
+    _, model = model_with_arms
+    bare, layers = embed(model), list(model.encoder.layers)
+    for _ in range(2):  # repeated cycles
+        model.attach_amoe()
+        on = embed(model)
+        assert not torch.equal(on, bare)
+        with model.amoe_off():
+            assert torch.equal(embed(model), bare)
+        assert torch.equal(embed(model), on)  # amoe_off restores the previous state
+        model.set_amoe([])
+        assert torch.equal(embed(model), bare)
+        model.set_amoe(["equiv"])
+        assert not torch.equal(embed(model), bare) and not torch.equal(embed(model), on)
+        detached = model.detach_amoe()
+        assert list(detached["arms"]) == ["paraphrase", "equiv"]
+        assert all(now is before for now, before in zip(model.encoder.layers, layers))
+        assert torch.equal(embed(model), bare)
+
+
+def test_model_attach_errors(model_with_arms, tmp_path):
+    folder, model = model_with_arms
+    with pytest.raises(ValueError, match="roster"):
+        model.attach_amoe(names=["equiv", "paraphrase"])  # the wrong order
+    with pytest.raises(RuntimeError, match="no arms attached"):
+        model.set_amoe([])
+    model.attach_amoe(names=["paraphrase", "equiv"])
+    with pytest.raises(ValueError, match="unknown arms"):
+        model.set_amoe(["simplify"])
+    with pytest.raises(RuntimeError, match="attached already"):
+        model.attach_amoe()
+    model.detach_amoe()
+
+    with torch.no_grad():  # another trunk: the same architecture with one weight changed
+        model.head.dense.bias.add_(1.0)
+    with pytest.raises(ValueError, match="do not transfer"):
+        model.attach_amoe()
+    model.attach_amoe(force=True)
+    model.detach_amoe()
+    with pytest.raises(FileNotFoundError, match="ships no AMOE arms"):
+        model.attach_amoe(path=tmp_path / "nowhere")
+
+
+def test_loading_the_bare_model_does_not_import_the_amoe_code(model_with_arms):
+    import subprocess
+    import sys
+
+    folder, _ = model_with_arms
+    script = ("import sys\nfrom transformers import AutoModel\n"
+              f"model = AutoModel.from_pretrained({str(folder)!r}, trust_remote_code=True)\n"
+              "loaded = lambda: [m for m in sys.modules if m.endswith('shared_amoe')]\n"
+              "assert not loaded(), loaded()\nmodel.attach_amoe()\nassert loaded()\nprint('ok')")
+    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True)
+    assert result.returncode == 0 and result.stdout.strip().endswith("ok"), result.stderr[-2000:]
