@@ -214,6 +214,13 @@ class CaptionBertModel(CaptionBertPreTrainedModel):
             raise RuntimeError("toggle law violated: after detaching, the model differs from the bare trunk")
         return {"arms": state["arms"], "dispatch": state["dispatch"]}
 
+    def save_pretrained(self, *args, **kwargs):
+        """transformers' save_pretrained, refused while arms are attached (their wrapped keys are not the trunk's;
+        arms are saved as files under amoe/ by the tools)."""
+        if self._amoe is not None:
+            raise RuntimeError("detach_amoe() before save_pretrained: the trunk is saved without its arms")
+        return super().save_pretrained(*args, **kwargs)
+
     def _amoe_state(self):
         if self._amoe is None:
             raise RuntimeError("no arms attached; call attach_amoe() first")

@@ -195,6 +195,8 @@ def test_model_attach_errors(model_with_arms, tmp_path):
         model.set_amoe(["simplify"])
     with pytest.raises(RuntimeError, match="attached already"):
         model.attach_amoe()
+    with pytest.raises(RuntimeError, match="before save_pretrained"):
+        model.save_pretrained(tmp_path / "saved")
     model.detach_amoe()
 
     with torch.no_grad():  # another trunk: the same architecture with one weight changed
