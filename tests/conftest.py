@@ -84,7 +84,7 @@ def caption_sample(data_dir):
     """200 real captions (the default corpus's first Flickr8k train captions) as a .jsonl corpus file."""
     from tools import corpus
 
-    texts = [t for t in corpus.build(data_dir, ["flickr8k-train"])[0][:190]]
+    texts = corpus.build(data_dir, ["flickr8k-train"])[0][:190]
     texts += corpus.build(data_dir, ["imageinwords"])[0][:10]  # a few long descriptions for the length mix
     path = Path(tempfile.mkdtemp(prefix="bundle-test-corpus-")) / "captions.jsonl"
     atexit.register(shutil.rmtree, path.parent, ignore_errors=True)

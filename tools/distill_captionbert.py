@@ -80,7 +80,8 @@ PRESETS = {
     # activations on the CPU (measured: 128 x 128 tokens peaks at 9 GB and takes ~25 s a step); STS text is short.
     "cpu": {"steps": 1200, "batch_size": 128, "learning_rate": 5e-4, "warmup_steps": 100, "max_length": 64,
             "expected_teachers": ["all-mpnet-base-v2", "all-MiniLM-L6-v2", "paraphrase-MiniLM-L3-v2"]},
-    # The published recipe: five Hub teachers over CC12M LLaVA captions (26.9M rows), one GPU, ~5.4 h.
+    # The published recipe: five Hub teachers over CC12M LLaVA captions (26.9M rows), one GPU, ~5.4 h. The spec
+    # gives the batch and the steps; the learning rate, warm-up and max_length here are this tool's choices.
     "paper": {"steps": 52548, "batch_size": 2048, "learning_rate": 5e-4, "warmup_steps": 1000, "max_length": 512,
               "validation_rows": 10000, "validate_every": 1000, "checkpoint_every": 1000, "log_every": 50,
               "expected_teachers": ["bert-base-uncased", "distilbert-base-uncased", "roberta-base", "albert-base-v2",

@@ -82,10 +82,10 @@ def load_corpus(config):
     return texts, description
 
 
-def prepare_out(config, texts, description):
+def prepare_out(config, texts, corpus_sha, description):
     """Create the out folder with texts.jsonl, or check that an existing one holds this very corpus and setup."""
     out = Path(config.out)
-    identity = {"corpus_sha256": corpus.corpus_hash(texts), "rows": len(texts), "shard_rows": config.shard_rows,
+    identity = {"corpus_sha256": corpus_sha, "rows": len(texts), "shard_rows": config.shard_rows,
                 "max_length": config.max_length}
     existing = out / "extraction.json"
     if existing.exists():
@@ -118,10 +118,12 @@ def main(argv=None):
 
     state = PartialState(cpu=not torch.cuda.is_available())  # torchrun / accelerate launch set the process group
     texts, description = load_corpus(config)
+    corpus_sha = corpus.corpus_hash(texts)
     if state.is_main_process:
-        prepare_out(config, texts, description)
+        prepare_out(config, texts, corpus_sha, description)
     state.wait_for_everyone()
-    prepare_out(config, texts, description)  # every process checks it is resuming the same extraction
+    if not state.is_main_process:  # the others check that they resume the same extraction
+        prepare_out(config, texts, corpus_sha, description)
     starts = list(range(0, len(texts), config.shard_rows))
     mine = starts[state.process_index::state.num_processes]
     options = encoders.EncodeOptions(config.batch_size, config.max_length, show_progress=False, device=state.device)
@@ -144,12 +146,12 @@ def main(argv=None):
             del encoder
         state.wait_for_everyone()
         if state.is_main_process:
-            write_manifest(config, texts, teachers, len(starts))
+            write_manifest(config, len(texts), corpus_sha, teachers, len(starts))
     state.destroy_process_group()
     return 0
 
 
-def write_manifest(config, texts, teachers, shards):
+def write_manifest(config, rows, corpus_sha, teachers, shards):
     """manifest.json: the corpus, and per teacher its identity, width and shard files (all checked to exist)."""
     from safetensors import safe_open
 
@@ -160,13 +162,13 @@ def write_manifest(config, texts, teachers, shards):
             raise SystemExit(f"{teacher['name']}: {len(missing)} shards missing, e.g. {missing[0]}")
         with safe_open(str(files[0]), "np") as shard:
             teacher["dim"] = int(shard.get_slice("embeddings").get_shape()[1])
-        teacher["rows"] = len(texts)
+        teacher["rows"] = rows
         teacher["shards"] = [str(f.relative_to(config.out)) for f in files]
-    manifest = {"corpus": {"file": "texts.jsonl", "rows": len(texts), "sha256": corpus.corpus_hash(texts)},
+    manifest = {"corpus": {"file": "texts.jsonl", "rows": rows, "sha256": corpus_sha},
                 "shard_rows": config.shard_rows, "dtype": "float16", "reference": teachers[0]["name"],
                 "teachers": teachers, "config": asdict(config)}
     runs.write_json(Path(config.out) / "manifest.json", manifest)
-    print(f"wrote {Path(config.out) / 'manifest.json'}: {len(texts)} texts x {len(teachers)} teachers, "
+    print(f"wrote {Path(config.out) / 'manifest.json'}: {rows} texts x {len(teachers)} teachers, "
           f"{shards} shards each")
 
 
