@@ -30,3 +30,23 @@ def consensus_distillation(student, consensus, temperature, mse_weight):
     mse = per_sample_mse(student, consensus).mean()
     cosine = F.cosine_similarity(student.detach(), consensus, dim=-1).mean()
     return {"loss": info_nce + mse_weight * mse, "info_nce": info_nce, "mse": mse, "cosine": cosine}
+
+
+def info_nce_with_hard_negatives(anchors, positives, negatives, temperature):
+    """One-direction InfoNCE: anchor i against every positive of the batch and, when given, every hard negative
+    (supervised SimCSE). anchors, positives: (B, D); negatives: (B, D) or None. Returns a scalar."""
+    if temperature <= 0:
+        raise ValueError(f"temperature must be positive, got {temperature}")
+    candidates = positives if negatives is None else torch.cat([positives, negatives])  # (B or 2B, D)
+    logits = F.normalize(anchors, dim=-1) @ F.normalize(candidates, dim=-1).T / temperature  # (B, B or 2B)
+    return F.cross_entropy(logits, torch.arange(anchors.shape[0], device=anchors.device))
+
+
+def cosent(cosines, scores, scale=20.0):
+    """CoSENT: log(1 + sum over pairs (i, j) with scores[i] > scores[j] of exp(scale (cos_j - cos_i))), so every
+    pair's cosine is ranked by its gold score. cosines, scores: (B,). Returns a scalar (0 when all scores tie)."""
+    differences = scale * (cosines[None, :] - cosines[:, None])  # (B, B): entry (i, j) = scale (cos_j - cos_i)
+    ordered = scores[:, None] > scores[None, :]  # (B, B): i should rank above j
+    differences = differences[ordered]
+    zero = torch.zeros(1, dtype=cosines.dtype, device=cosines.device)
+    return torch.logsumexp(torch.cat([zero, differences]), dim=0)

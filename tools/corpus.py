@@ -62,16 +62,16 @@ READERS = {"flickr8k-train": _flickr8k_train, "imageinwords": _imageinwords, "st
            "mrpc-train": _mrpc_train, "snli-dev": _snli_dev}
 
 
-def _normalised(text):
+def normalised(text):
     return " ".join(text.lower().split())
 
 
 def held_out_texts(data_dir):
     """Normalised forms of every sentence in the eight STS test sets and every Flickr8k test caption."""
-    sts = {_normalised(s) for task in evaluate.TASKS for a, b, _ in evaluate.load_task(data_dir, task) for s in (a, b)}
+    sts = {normalised(s) for task in evaluate.TASKS for a, b, _ in evaluate.load_task(data_dir, task) for s in (a, b)}
     flickr = Path(data_dir) / "captions" / "flickr8k"
     test_images = set((flickr / "Flickr_8k.testImages.txt").read_text().split())
-    captions = {_normalised(line.split("\t", 1)[1])
+    captions = {normalised(line.split("\t", 1)[1])
                 for line in (flickr / "Flickr8k.token.txt").read_text(encoding="utf-8").splitlines()
                 if line.split("#")[0] in test_images}
     return sts | captions
@@ -89,7 +89,7 @@ def build(data_dir, sources=SOURCES):
         kept = held_out = duplicate = 0
         for text in READERS[source](data_dir):
             text = text.strip()
-            key = _normalised(text)
+            key = normalised(text)
             if not key:
                 continue
             if key in forbidden:

@@ -1,0 +1,145 @@
+"""Labelled sentence pairs from ../shared/data for training AMOE arms, and the validation suite that judges them.
+
+Training sets (`load(name, data_dir)`; the name may also be a TSV file of pairs):
+    paraphrase  MRPC train: Quality 1 pairs are positives, Quality 0 pairs their hard negatives  (kind "labelled")
+    equiv       SNLI dev: premise -> entailment hypothesis, with the contradiction hypothesis of the same premise
+                as its hard negative                                                             (kind "triples")
+    sts         STS Benchmark train, gold scores 0-5                                             (kind "scored")
+    <file.tsv>  text1<TAB>text2 ("pairs"), text1<TAB>text2<TAB>number ("scored") or
+                text1<TAB>text2<TAB>hard negative ("triples"), no header
+Validation suite (`validation_sets`), never trained on and disjoint from every STS-8 test sentence:
+    stsb-dev    STS Benchmark dev, gold scores
+    mrpc-test   MRPC test, label 0/1
+    snli-test   the first 2,000 usable rows of SNLI test, label entailment 2 / neutral 1 / contradiction 0
+Its score is the mean Spearman of cosine vs label over the three (tools/evaluate.score).
+
+Every row that holds a held-out text (tools/corpus.held_out_texts: any STS-8 test sentence or Flickr8k test
+caption, compared in normalised form) is dropped and counted: STS-B train and dev reuse STS 2012-2016 test text,
+so most of their rows go.
+"""
+
+import csv
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from tools import corpus
+
+TRAINING_SETS = ("paraphrase", "equiv", "sts")
+VALIDATION_SNLI_ROWS = 2000
+SNLI_ORDINAL = {"entailment": 2.0, "neutral": 1.0, "contradiction": 0.0}
+
+
+@dataclass
+class PairSet:
+    """Rows of one dataset. kind: "pairs" (first, second positives), "triples" (+ a hard negative per row),
+    "scored" (+ a gold score per row) or "labelled" (+ a 0/1 label; label-0 rows are hard negatives)."""
+
+    name: str
+    kind: str
+    source: str  # where the rows come from, for the run record
+    first: list[str] = field(default_factory=list)
+    second: list[str] = field(default_factory=list)
+    negative: list[str] = field(default_factory=list)  # "triples" only
+    score: list[float] = field(default_factory=list)  # "scored" and "labelled" only
+    dropped_held_out: int = 0
+
+    def __len__(self):
+        return len(self.first)
+
+    def summary(self):
+        return {"name": self.name, "kind": self.kind, "source": self.source, "rows": len(self),
+                "dropped_held_out": self.dropped_held_out}
+
+
+def _filtered(name, kind, source, rows, forbidden):
+    """A PairSet of `rows` (tuples whose text fields come first) without the rows that hold a held-out text."""
+    pairs = PairSet(name, kind, source)
+    for row in rows:
+        texts = row[:3] if kind == "triples" else row[:2]
+        if any(corpus.normalised(t) in forbidden for t in texts):
+            pairs.dropped_held_out += 1
+            continue
+        pairs.first.append(row[0])
+        pairs.second.append(row[1])
+        if kind == "triples":
+            pairs.negative.append(row[2])
+        elif kind != "pairs":
+            pairs.score.append(float(row[2]))
+    if not pairs.first:
+        raise ValueError(f"{name}: no rows left after dropping held-out text ({pairs.dropped_held_out} dropped)")
+    return pairs
+
+
+def _mrpc(data_dir, split):
+    with open(data_dir / "pairs" / "mrpc" / f"msr_paraphrase_{split}.txt", encoding="utf-8-sig") as handle:
+        return [(row["#1 String"], row["#2 String"], float(row["Quality"]))
+                for row in csv.DictReader(handle, delimiter="\t", quoting=csv.QUOTE_NONE)]
+
+
+def _snli(data_dir, split):
+    folder = data_dir / "pairs" / "snli"
+    columns = [(folder / f"{name}.{split}").read_text(encoding="utf-8").splitlines()
+               for name in ("s1", "s2", "labels")]
+    return [(premise.strip(), hypothesis.strip(), label.strip()) for premise, hypothesis, label in zip(*columns)]
+
+
+def _stsb(data_dir, split):
+    with open(data_dir / "sts" / "STSBenchmark" / f"sts-{split}.csv", encoding="utf-8") as handle:
+        return [(row[5], row[6], float(row[4])) for row in csv.reader(handle, delimiter="\t", quoting=csv.QUOTE_NONE)]
+
+
+def _snli_triples(rows):
+    """(premise, entailment, contradiction) for each premise that has both, the first of each in file order."""
+    by_premise = {}
+    for premise, hypothesis, label in rows:
+        by_premise.setdefault(premise, {}).setdefault(label, hypothesis)
+    return [(p, h["entailment"], h["contradiction"]) for p, h in by_premise.items()
+            if "entailment" in h and "contradiction" in h]
+
+
+def _tsv(path):
+    """kind and rows of a user TSV: 2 columns = pairs; 3 = scored if every third column is a number, else triples."""
+    with open(path, encoding="utf-8") as handle:
+        rows = [row for row in csv.reader(handle, delimiter="\t", quoting=csv.QUOTE_NONE) if row]
+    widths = {len(row) for row in rows}
+    if not rows or not widths <= {2, 3} or len(widths) != 1:
+        raise ValueError(f"{path}: every line must have 2 or 3 tab-separated fields (found widths {sorted(widths)})")
+    if widths == {2}:
+        return "pairs", rows
+    try:
+        return "scored", [(a, b, float(c)) for a, b, c in rows]
+    except ValueError:
+        return "triples", rows
+
+
+def load(name, data_dir):
+    """The training PairSet `name` (TRAINING_SETS or a .tsv path), held-out text dropped."""
+    data_dir = Path(data_dir)
+    forbidden = corpus.held_out_texts(data_dir)
+    if name == "paraphrase":
+        return _filtered(name, "labelled", "MRPC train (Quality 1 positives, Quality 0 hard negatives)",
+                         _mrpc(data_dir, "train"), forbidden)
+    if name == "equiv":
+        return _filtered(name, "triples", "SNLI dev (entailment positives, contradiction hard negatives)",
+                         _snli_triples(_snli(data_dir, "dev")), forbidden)
+    if name == "sts":
+        return _filtered(name, "scored", "STS Benchmark train (gold scores)", _stsb(data_dir, "train"), forbidden)
+    path = Path(name)
+    if path.suffix == ".tsv":
+        if not path.is_file():
+            raise FileNotFoundError(f"pair file {path} not found")
+        kind, rows = _tsv(path)
+        return _filtered(path.stem, kind, f"TSV {path}", rows, forbidden)
+    raise ValueError(f"unknown pair data {name!r}: use one of {', '.join(TRAINING_SETS)} or a .tsv file")
+
+
+def validation_sets(data_dir):
+    """{name: [(sentence1, sentence2, gold)]}: the suite that selects arms, in tools/evaluate.score's format."""
+    data_dir = Path(data_dir)
+    forbidden = corpus.held_out_texts(data_dir)
+    snli = [(p, h, SNLI_ORDINAL[label]) for p, h, label in _snli(data_dir, "test") if label in SNLI_ORDINAL]
+    sets = {"stsb-dev": _filtered("stsb-dev", "scored", "", _stsb(data_dir, "dev"), forbidden),
+            "mrpc-test": _filtered("mrpc-test", "scored", "", _mrpc(data_dir, "test"), forbidden),
+            "snli-test": _filtered("snli-test", "scored", "", snli, forbidden)}
+    return {name: list(zip(s.first, s.second, s.score))[:VALIDATION_SNLI_ROWS if name == "snli-test" else None]
+            for name, s in sets.items()}

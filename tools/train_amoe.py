@@ -1,0 +1,609 @@
+"""Train AMOE arms on a frozen captionbert trunk: solo arms, dispatches, and greedy forward selection.
+
+Usage (the embedded default, as `make demo` runs it; the trunk is captionbert-8192-v2/):
+    python -m tools.train_amoe solo --data paraphrase --seed 0 --out runs/demo/amoe/solo/paraphrase-seed0
+    python -m tools.train_amoe solo --data equiv --seed 1 --out runs/demo/amoe/solo/equiv-seed1
+    python -m tools.train_amoe solo --data my_pairs.tsv --name legal --out runs/x/legal-seed0      # any TSV of pairs
+    python -m tools.train_amoe dispatch --arm runs/demo/amoe/solo/equiv-seed0 --arm control --out runs/x/d
+    python -m tools.train_amoe select --solo runs/demo/amoe/solo --candidates paraphrase equiv sts \\
+        --out runs/demo/amoe/select
+A finished run (its metrics.json says "complete") is skipped when the same command runs again; delete the folder
+to retrain. The maths of arms and dispatch is ../shared/specs/amoe.md (shared_modeling/amoe.py).
+
+solo      one arm and its one routing key (a one-arm dispatch, weight tanh(u)) on one pair dataset
+          (tools/pairs.py), trunk frozen in eval mode, pure Adam (lr 1e-3, wd 0), fp32 with TF32 off. Losses
+          (shared_modeling/losses.py): in-batch InfoNCE, with the hard negative where the data has one (equiv), plus
+          CoSENT over the MRPC labels so Quality-0 pairs rank below paraphrases (paraphrase); CoSENT on gold scores
+          (sts). Scores the arm on the validation suite and on STS-8. Writes amoe/arms/<name>.safetensors and
+          amoe/solo/dispatch.safetensors (so attach_amoe(path=<out>/amoe) loads it).
+dispatch  only the routing keys of a roster train (arms frozen): each step draws one arm's stream (its own training
+          data) by sampling weight. `control` in the roster is an untrained arm (exactly inert; it only takes a
+          share of the normaliser z). Every alarm_every steps the starvation alarm looks at the usage shares p of
+          argmax_k |w_k| over the tokens of every block: exp(H(p)) < 1.5 or min p < 0.02 doubles the starved arm's
+          stream weight; 3 alarms in a row stop the run. It logs the alarms, the routing spread (per token, the
+          share of blocks that route it away from its most common arm) and the amplitude budget (mean sum |w/z|).
+          Rows of arms with a solo run start from their solo routing keys.
+select    greedy forward selection over solo arms (seed 0 is the arm; seed 1 measures the spread). At arm count A,
+          every candidate joins the accepted roster under a trained dispatch and is compared with an untrained
+          control arm in its place (same A, same training); the best is accepted only if it beats the control by
+          more than the bar = the largest two-seed spread of the candidates' solo validation scores. The run ships
+          out/amoe/ (every candidate arm, ARMS.json, <collective>/dispatch.safetensors), scores trunk, collective
+          and control on STS-8, and sweeps the dispatch tau (.10/.05/.02) on STS-B.
+All decisions use the validation suite (STS-B dev, MRPC test, SNLI test, held-out text removed), never STS-8.
+"""
+
+import argparse
+import dataclasses
+import json
+import math
+import shutil
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torch.utils.tensorboard import SummaryWriter
+from tqdm.auto import tqdm
+from transformers import AutoModel
+
+from shared_modeling.amoe import (TAU, Arm, Dispatch, content_hash, load_arm, load_dispatch, save_arm,
+                                  save_dispatch, unwrap_layers, wrap_layers)
+from shared_modeling.losses import cosent, info_nce_with_hard_negatives, symmetric_info_nce
+from tools import evaluate, pairs, runs
+
+CAPTIONBERT = runs.ROOT / "captionbert-8192-v2"
+CONTROL = "control"  # roster entry for the untrained control arm
+ALARM_PERPLEXITY, ALARM_SHARE, ALARM_STRIKES = 1.5, 0.02, 3
+
+
+@dataclass
+class Common:
+    out: Path  # run folder
+    model: Path = CAPTIONBERT  # the frozen trunk: a captionbert folder
+    data_dir: Path = field(default_factory=runs.default_data_dir)  # ../shared/data or BUNDLE_DATA_DIR
+    steps: int = 120  # optimiser steps
+    batch_size: int = 64  # rows (pairs or triples) per step
+    learning_rate: float = 1e-3  # Adam, no weight decay
+    temperature: float = 0.05  # InfoNCE temperature
+    cosent_scale: float = 20.0  # CoSENT scale
+    max_length: int = 64  # tokens per text in training
+    seed: int = 0  # arm and routing-key initialisation and data order
+    log_every: int = 10  # steps between history / TensorBoard points
+    device: str = "cuda" if torch.cuda.is_available() else "cpu"
+
+
+@dataclass
+class SoloConfig(Common):
+    data: str = "paraphrase"  # pairs.TRAINING_SETS name or a .tsv file
+    name: str = ""  # the arm's name; default the data name (the TSV's stem)
+    sts8: bool = True  # score the trained arm on STS-8 too (ARMS.json lists solo scores per task)
+
+
+@dataclass
+class DispatchConfig(Common):
+    arms: list[str] = field(default_factory=list)  # solo run folders, or "control"; their order is the roster
+    collective: str = "collective"  # the dispatch's folder name under amoe/
+    steps: int = 60
+    learning_rate: float = 5e-3  # routing keys only
+    tau: float = TAU  # dispatch temperature
+    alarm_every: int = 10  # steps between starvation checks
+
+
+@dataclass
+class SelectConfig(Common):
+    solo: Path = Path("runs/demo/amoe/solo")  # folder of solo runs named <candidate>-seed0 / -seed1
+    candidates: list[str] = field(default_factory=lambda: list(pairs.TRAINING_SETS))
+    collective: str = "collective"  # name of the shipped dispatch folder
+    steps: int = 60  # dispatch training steps at each comparison
+    learning_rate: float = 5e-3
+    alarm_every: int = 10
+    tau_sweep: list[float] = field(default_factory=lambda: [0.05, 0.02])  # retrain the shipped dispatch at these
+
+
+def parse_config(argv):
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    modes = parser.add_subparsers(dest="mode", required=True)
+    for mode, cls in (("solo", SoloConfig), ("dispatch", DispatchConfig), ("select", SelectConfig)):
+        sub = modes.add_parser(mode, help=cls.__doc__)
+        for item in dataclasses.fields(cls):
+            flag = "--" + item.name.replace("_", "-")
+            if item.name == "arms":
+                sub.add_argument("--arm", dest="arms", action="append", required=True,
+                                 help="a solo run folder or 'control' (repeat; the order is the roster)")
+            elif item.type is bool:
+                sub.add_argument(flag, action=argparse.BooleanOptionalAction, default=None)
+            elif item.name in ("candidates", "tau_sweep"):
+                sub.add_argument(flag, nargs="+", type=float if item.name == "tau_sweep" else str, default=None)
+            else:
+                kind = Path if item.type is Path else item.type
+                sub.add_argument(flag, type=kind, default=None, required=item.name == "out")
+    args = {k: v for k, v in vars(parser.parse_args(argv)).items() if v is not None}
+    mode = args.pop("mode")
+    config = {"solo": SoloConfig, "dispatch": DispatchConfig, "select": SelectConfig}[mode](**args)
+    for name in ("steps", "batch_size", "max_length", "log_every"):
+        if getattr(config, name) < 1:
+            raise SystemExit(f"--{name.replace('_', '-')} must be positive")
+    if config.batch_size < 2:
+        raise SystemExit("--batch-size must be at least 2 (in-batch negatives)")
+    return mode, config
+
+
+# ---- the frozen trunk and its arms ----------------------------------------------------------------------------------
+
+def load_trunk(config):
+    """(model, trunk_hash): the captionbert trunk, frozen, eval mode (no dropout), fp32, TF32 off."""
+    torch.backends.cuda.matmul.allow_tf32 = False
+    torch.backends.cudnn.allow_tf32 = False
+    if not (Path(config.model) / "config.json").is_file():
+        raise SystemExit(f"--model {config.model} is not a captionbert folder (run `make demo` to build the trunk)")
+    model = AutoModel.from_pretrained(str(config.model), trust_remote_code=True, dtype=torch.float32)
+    model.requires_grad_(False).eval().to(config.device)
+    return model, content_hash(model.state_dict())
+
+
+def shape(model):
+    return model.config.hidden_size, model.config.num_hidden_layers
+
+
+def fresh_arm(model, seed):
+    """An untrained arm (exactly inert: zero output projections), initialised from `seed`."""
+    torch.manual_seed(seed)
+    return Arm(*shape(model))
+
+
+def fresh_dispatch(model, roster, seed, tau=TAU):
+    torch.manual_seed(seed)
+    return Dispatch(roster, *shape(model), tau=tau)
+
+
+class Attached:
+    """Context manager: wrap the trunk's layers with `arms` under `dispatch`, every arm enabled; unwrap after."""
+
+    def __init__(self, model, arms, dispatch):
+        self.model, self.arms, self.dispatch = model, arms, dispatch
+
+    def __enter__(self):
+        self.arms = {name: arm.to(self.model.device) for name, arm in self.arms.items()}
+        self.dispatch.to(self.model.device)
+        wrap_layers(self.model.encoder.layers, self.arms, self.dispatch, list(self.dispatch.roster))
+        return self
+
+    def __exit__(self, *exc):
+        unwrap_layers(self.model.encoder.layers)
+        return False
+
+
+# ---- batches and losses ---------------------------------------------------------------------------------------------
+
+class Stream:
+    """Endless seeded batches of one PairSet: each epoch a fresh permutation, cut into batch_size rows."""
+
+    def __init__(self, data, batch_size, seed):
+        self.data, self.batch_size = data, min(batch_size, len(data))
+        self.rng = np.random.default_rng(seed)
+        self.order, self.position, self.epoch = self.rng.permutation(len(data)), 0, 0
+
+    def next_rows(self):
+        if self.position + self.batch_size > len(self.order):
+            self.order, self.position, self.epoch = self.rng.permutation(len(self.data)), 0, self.epoch + 1
+        rows = self.order[self.position:self.position + self.batch_size]
+        self.position += self.batch_size
+        return rows
+
+
+def embed(model, texts, max_length):
+    """(len(texts), E) L2-normalised embeddings in one padded forward pass, with gradients."""
+    token_ids = [ids[:max_length - 1] + ids[-1:] if len(ids) > max_length else ids
+                 for ids in model.tokenizer(texts, verbose=False)["input_ids"]]
+    batch = model.tokenizer.pad({"input_ids": token_ids}, return_tensors="pt")
+    return model(batch["input_ids"].to(model.device), batch["attention_mask"].to(model.device)).pooler_output
+
+
+def batch_loss(model, data, rows, config):
+    """The arm objective on rows of a PairSet (see the module docstring), a scalar."""
+    first = [data.first[i] for i in rows]
+    second = [data.second[i] for i in rows]
+    negative = [data.negative[i] for i in rows] if data.kind == "triples" else []
+    embeddings = embed(model, first + second + negative, config.max_length)
+    a, b, n = embeddings[:len(rows)], embeddings[len(rows):2 * len(rows)], embeddings[2 * len(rows):]
+    if data.kind == "pairs":
+        return symmetric_info_nce(a, b, config.temperature)
+    if data.kind == "triples":
+        return info_nce_with_hard_negatives(a, b, n, config.temperature)
+    scores = torch.tensor([data.score[i] for i in rows], device=a.device)
+    loss = cosent(F.cosine_similarity(a, b, dim=-1), scores, config.cosent_scale)
+    if data.kind == "labelled":
+        positive = scores > 0.5
+        if positive.sum() >= 2:
+            loss = loss + symmetric_info_nce(a[positive], b[positive], config.temperature)
+    return loss
+
+
+# ---- routing statistics (forward hooks on the dispatch blocks; observation only) ------------------------------------
+
+class RoutingMonitor:
+    """Collects, per forward pass, each block's w/z (N, A); summarises usage, spread and amplitude budget."""
+
+    def __init__(self, dispatch):
+        self.roster = dispatch.roster
+        self.handles = [block.register_forward_hook(self._record) for block in dispatch.blocks]
+        self.reset()
+
+    def _record(self, module, inputs, weights):
+        self.current.append(weights.detach().abs())
+
+    def end_step(self):
+        """Fold the finished forward pass into the running sums."""
+        if not self.current:
+            return
+        magnitude = torch.stack(self.current)  # (blocks, N, A)
+        self.current = []
+        choice = magnitude.argmax(dim=-1)  # (blocks, N)
+        arms = len(self.roster)
+        self.usage += torch.bincount(choice.flatten(), minlength=arms).cpu().double()
+        modal = torch.stack([(choice == k).sum(dim=0) for k in range(arms)]).amax(dim=0)  # (N,) blocks on modal arm
+        self.spread_sum += float((1 - modal.double() / choice.shape[0]).sum())
+        self.budget_sum += float(magnitude.sum(dim=-1).mean(dim=0).sum())  # sum over tokens of the block-mean budget
+        self.tokens += choice.shape[1]
+
+    def summary(self):
+        shares = (self.usage / self.usage.sum()).tolist()
+        entropy = -sum(p * math.log(p) for p in shares if p > 0)
+        return {"shares": dict(zip(self.roster, shares)), "perplexity": math.exp(entropy),
+                "routing_spread": self.spread_sum / self.tokens, "amplitude_budget": self.budget_sum / self.tokens,
+                "tokens": self.tokens}
+
+    def reset(self):
+        self.current, self.usage = [], torch.zeros(len(self.roster), dtype=torch.float64)
+        self.spread_sum = self.budget_sum = 0.0
+        self.tokens = 0
+
+    def close(self):
+        for handle in self.handles:
+            handle.remove()
+
+
+# ---- scoring ----------------------------------------------------------------------------------------------------------
+
+def validation_score(model, validation):
+    """tools/evaluate.score on the validation suite: Spearman per set and their mean."""
+    result = evaluate.score(model, validation, [])
+    return {name: result[name] for name in (*validation, "mean")}
+
+
+def sts8_score(model, data_dir):
+    task_pairs = {task: evaluate.load_task(data_dir, task) for task in evaluate.TASKS}
+    result = evaluate.score(model, task_pairs, [])
+    return {name: result[name] for name in (*evaluate.TASKS, "mean")}
+
+
+def finished(out):
+    path = Path(out) / "metrics.json"
+    return path.is_file() and runs.read_json(path).get("status") == "complete"
+
+
+# ---- solo -----------------------------------------------------------------------------------------------------------
+
+def train_solo(config):
+    name = config.name or Path(config.data).stem
+    data = pairs.load(config.data, config.data_dir)
+    validation = pairs.validation_sets(config.data_dir)
+    model, trunk_hash = load_trunk(config)
+    arm = fresh_arm(model, config.seed)
+    dispatch = fresh_dispatch(model, [name], config.seed)
+    parameters = list(arm.parameters()) + list(dispatch.parameters())
+    optimizer = torch.optim.Adam(parameters, lr=config.learning_rate, weight_decay=0.0)
+    stream = Stream(data, config.batch_size, config.seed)
+    writer = SummaryWriter(str(config.out / "tensorboard"))
+    history, started = [], time.perf_counter()
+    print(f"solo arm {name!r}: {len(data)} rows of {data.source}; {config.steps} steps x {stream.batch_size}")
+    with Attached(model, {name: arm}, dispatch) as attached:
+        arm.train()
+        monitor = RoutingMonitor(attached.dispatch)
+        for step in tqdm(range(1, config.steps + 1), desc=f"solo {name}"):
+            loss = batch_loss(model, data, stream.next_rows(), config)
+            optimizer.zero_grad(set_to_none=True)
+            loss.backward()
+            optimizer.step()
+            monitor.end_step()
+            if step % config.log_every == 0 or step == config.steps:
+                routing = monitor.summary()
+                history.append({"step": step, "loss": float(loss.detach()), "epoch": stream.epoch,
+                                "amplitude_budget": routing["amplitude_budget"],
+                                "gate": float(torch.sigmoid(torch.stack([s.gate for s in arm.blocks])).mean())})
+                writer.add_scalar("loss", history[-1]["loss"], step)
+                writer.add_scalar("amplitude_budget", routing["amplitude_budget"], step)
+                monitor.reset()
+        monitor.close()
+        minutes = (time.perf_counter() - started) / 60
+        arm.eval()
+        print("scoring the arm on the validation suite" + (" and STS-8" if config.sts8 else ""))
+        scores = {"validation": validation_score(model, validation)}
+        if config.sts8:
+            scores["sts8"] = sts8_score(model, config.data_dir)
+    writer.close()
+    meta = {"data": data.summary(), "seed": config.seed, "training": solo_spec(config)}
+    save_arm(config.out / "amoe" / "arms" / f"{name}.safetensors", arm, name, trunk_hash, meta)
+    save_dispatch(config.out / "amoe" / "solo" / "dispatch.safetensors", dispatch, trunk_hash)
+    return {"status": "complete", "name": name, "trunk_hash": trunk_hash, "data": data.summary(),
+            "training_minutes": round(minutes, 2), "history": history, **scores}
+
+
+def solo_spec(config):
+    return {key: getattr(config, key) for key in ("steps", "batch_size", "learning_rate", "temperature",
+                                                  "cosent_scale", "max_length")} | {
+        "optimizer": "Adam, weight decay 0", "precision": "fp32, TF32 off", "trunk": "frozen, eval mode"}
+
+
+# ---- dispatch ---------------------------------------------------------------------------------------------------------
+
+def train_dispatch(model, arms, streams, dispatch, config, writer=None):
+    """Train only dispatch's routing keys with the frozen `arms` attached; streams: {arm name: PairSet} (the
+    control has none). Returns the record: history, alarms, stop reason, final routing statistics."""
+    for arm in arms.values():
+        arm.requires_grad_(False).eval()
+    optimizer = torch.optim.Adam(dispatch.parameters(), lr=config.learning_rate, weight_decay=0.0)
+    named = [name for name in dispatch.roster if name in streams]
+    sources = {name: Stream(streams[name], config.batch_size, config.seed + k) for k, name in enumerate(named)}
+    weights = {name: 1.0 for name in named}
+    rng = np.random.default_rng(config.seed)
+    history, alarms, strikes, stopped = [], [], 0, None
+    alarm_on = len(dispatch.roster) > 1  # with one arm every token picks it: the alarm is meaningless
+    with Attached(model, arms, dispatch):
+        monitor = RoutingMonitor(dispatch)
+        for step in tqdm(range(1, config.steps + 1), desc=f"dispatch {'+'.join(dispatch.roster)}"):
+            total = sum(weights.values())
+            stream = named[rng.choice(len(named), p=[weights[n] / total for n in named])]
+            loss = batch_loss(model, streams[stream], sources[stream].next_rows(), config)
+            optimizer.zero_grad(set_to_none=True)
+            loss.backward()
+            optimizer.step()
+            monitor.end_step()
+            if step % config.alarm_every == 0 or step == config.steps:
+                routing = monitor.summary()
+                history.append({"step": step, "loss": float(loss.detach()), "stream": stream, **routing,
+                                "stream_weights": dict(weights)})
+                if writer is not None:
+                    for key in ("perplexity", "routing_spread", "amplitude_budget"):
+                        writer.add_scalar(f"{'+'.join(dispatch.roster)}/{key}", routing[key], step)
+                monitor.reset()
+                starved = min(routing["shares"], key=routing["shares"].get)
+                if alarm_on and (routing["perplexity"] < ALARM_PERPLEXITY
+                                 or routing["shares"][starved] < ALARM_SHARE):
+                    strikes += 1
+                    if starved in weights:
+                        weights[starved] *= 2
+                    alarms.append({"step": step, "starved": starved, "share": routing["shares"][starved],
+                                   "perplexity": routing["perplexity"], "strike": strikes})
+                    if strikes >= ALARM_STRIKES:
+                        stopped = f"starvation: {ALARM_STRIKES} alarms in a row at step {step}"
+                        break
+                else:
+                    strikes = 0
+        monitor.close()
+    return {"roster": dispatch.roster, "tau": dispatch.blocks[0].tau, "steps_run": step, "stopped": stopped,
+            "alarms": alarms, "history": history, "final_routing": history[-1] if history else None}
+
+
+def solo_arm(folder, model, trunk_hash):
+    """(name, arm, solo dispatch, solo metrics) of a finished solo run folder."""
+    folder = Path(folder)
+    if not finished(folder):
+        raise SystemExit(f"{folder} is not a finished solo run (no complete metrics.json)")
+    metrics = runs.read_json(folder / "metrics.json")
+    name = metrics["name"]
+    arm, _ = load_arm(folder / "amoe" / "arms" / f"{name}.safetensors", *shape(model), trunk_hash)
+    dispatch, _ = load_dispatch(folder / "amoe" / "solo" / "dispatch.safetensors", *shape(model), trunk_hash)
+    return name, arm, dispatch, metrics
+
+
+def build_collective(model, members, roster, seed, tau):
+    """A Dispatch over `roster`; rows of arms with a solo run start from their solo routing keys (same key
+    projections: every dispatch here uses seed 0 for them), the others from a seeded orthogonal init."""
+    dispatch = fresh_dispatch(model, roster, seed, tau)
+    with torch.no_grad():
+        for k, name in enumerate(roster):
+            if name in members:
+                for block, solo in zip(dispatch.blocks, members[name]["dispatch"].blocks):
+                    block.routing_keys[k] = solo.routing_keys[0]
+    return dispatch
+
+
+def run_dispatch(config):
+    model, trunk_hash = load_trunk(config)
+    members, arms, streams = {}, {}, {}
+    roster = []
+    for entry in config.arms:
+        if entry == CONTROL:
+            arms[CONTROL] = fresh_arm(model, config.seed)
+            roster.append(CONTROL)
+            continue
+        name, arm, dispatch, metrics = solo_arm(entry, model, trunk_hash)
+        members[name] = {"dispatch": dispatch}
+        arms[name], streams[name] = arm, pairs.load(runs.read_json(Path(entry) / "config.json")["data"],
+                                                     config.data_dir)
+        roster.append(name)
+    if not streams:
+        raise SystemExit("a dispatch needs at least one trained arm (a solo run folder) to draw data from")
+    dispatch = build_collective(model, members, roster, config.seed, config.tau)
+    writer = SummaryWriter(str(config.out / "tensorboard"))
+    record = train_dispatch(model, arms, streams, dispatch, config, writer)
+    writer.close()
+    with Attached(model, arms, dispatch):
+        record["validation"] = validation_score(model, pairs.validation_sets(config.data_dir))
+    for name, arm in arms.items():
+        save_arm(config.out / "amoe" / "arms" / f"{name}.safetensors", arm, name, trunk_hash, {})
+    save_dispatch(config.out / "amoe" / config.collective / "dispatch.safetensors", dispatch, trunk_hash)
+    return {"status": "complete", "trunk_hash": trunk_hash, **record}
+
+
+# ---- select -----------------------------------------------------------------------------------------------------------
+
+def select(config):
+    model, trunk_hash = load_trunk(config)
+    validation = pairs.validation_sets(config.data_dir)
+    members = {}
+    for name in config.candidates:
+        seeds = [solo_arm(config.solo / f"{name}-seed{seed}", model, trunk_hash) for seed in (0, 1)]
+        if seeds[0][0] != name:
+            raise SystemExit(f"{config.solo / f'{name}-seed0'} trained arm {seeds[0][0]!r}, not {name!r}")
+        solo_config = runs.read_json(config.solo / f"{name}-seed0" / "config.json")
+        members[name] = {"arm": seeds[0][1], "dispatch": seeds[0][2], "metrics": seeds[0][3],
+                         "seed1_metrics": seeds[1][3], "config": solo_config,
+                         "data": pairs.load(solo_config["data"], config.data_dir),
+                         "spread": abs(seeds[0][3]["validation"]["mean"] - seeds[1][3]["validation"]["mean"])}
+    bar = max(m["spread"] for m in members.values())
+    print(f"bar (largest two-seed spread of the solo validation means): {bar:.4f}")
+    print("scoring the bare trunk")
+    trunk = {"validation": validation_score(model, validation), "sts8": sts8_score(model, config.data_dir)}
+    control_arm = fresh_arm(model, config.seed + 1000)
+    writer = SummaryWriter(str(config.out / "tensorboard"))
+
+    def collective(roster, tau=TAU):
+        """(validation scores, dispatch, training record) of `roster` under a freshly trained dispatch."""
+        arms = {name: (control_arm if name == CONTROL else members[name]["arm"]) for name in roster}
+        streams = {name: members[name]["data"] for name in roster if name != CONTROL}
+        dispatch = build_collective(model, members, roster, config.seed, tau)
+        if roster == [CONTROL]:  # an inert arm alone: nothing to route, the trunk itself
+            record = {"roster": roster, "steps_run": 0, "alarms": [], "stopped": None, "final_routing": None}
+        elif len(roster) == 1:  # a solo arm keeps its solo routing key
+            record = {"roster": roster, "steps_run": 0, "alarms": [], "stopped": None,
+                      "final_routing": {"amplitude_budget": members[roster[0]]["metrics"]["history"][-1][
+                          "amplitude_budget"]}}
+        else:
+            record = train_dispatch(model, arms, streams, dispatch, config, writer)
+        with Attached(model, arms, dispatch):
+            scores = validation_score(model, validation)
+        return scores, dispatch, record
+
+    accepted, steps, shipped = [], [], None
+    remaining = list(config.candidates)
+    while remaining:
+        count = len(accepted) + 1
+        control_scores, control_dispatch, control_record = collective(accepted + [CONTROL])
+        trials = {name: collective(accepted + [name]) for name in remaining}
+        best = max(trials, key=lambda name: trials[name][0]["mean"])
+        margin = trials[best][0]["mean"] - control_scores["mean"]
+        verdict = "accepted" if margin > bar else "rejected"
+        steps.append({"arm_count": count, "roster_before": list(accepted), "bar": bar,
+                      "control": {"validation": control_scores, **_brief(control_record)},
+                      "candidates": {name: {"validation": t[0], **_brief(t[2])} for name, t in trials.items()},
+                      "best": best, "margin_over_control": margin, "verdict": verdict})
+        print(f"A={count}: best {best} {trials[best][0]['mean']:.4f} vs control {control_scores['mean']:.4f} "
+              f"(margin {margin:+.4f}, bar {bar:.4f}): {verdict}")
+        if verdict == "rejected":
+            break
+        accepted.append(best)
+        remaining.remove(best)
+        shipped = {"roster": list(accepted), "dispatch": trials[best][1], "record": trials[best][2],
+                   "control_roster": accepted[:-1] + [CONTROL], "control_dispatch": control_dispatch}
+    if shipped is None:
+        raise SystemExit("no arm beat the untrained control by more than the bar: nothing to ship")
+
+    library = config.out / "amoe"
+    for name, member in members.items():
+        save_arm(library / "arms" / f"{name}.safetensors", member["arm"], name, trunk_hash,
+                 {"data": member["data"].summary(), "seed": 0})
+    save_dispatch(library / config.collective / "dispatch.safetensors", shipped["dispatch"], trunk_hash)
+
+    print(f"scoring the shipped collective {shipped['roster']} and its control on STS-8")
+    del model  # the collective is scored through the public API on a freshly loaded trunk
+    model, _ = load_trunk(config)
+    model.attach_amoe(path=library)
+    collective_sts8 = sts8_score(model, config.data_dir)
+    model.detach_amoe()
+    control_arms = {name: (control_arm if name == CONTROL else members[name]["arm"])
+                    for name in shipped["control_roster"]}
+    with Attached(model, control_arms, shipped["control_dispatch"]):
+        control_sts8 = sts8_score(model, config.data_dir)
+
+    sweep = []
+    for tau in [TAU, *config.tau_sweep]:
+        print(f"tau sweep: {tau}")
+        if tau == TAU:
+            dispatch, record = shipped["dispatch"], shipped["record"]
+        else:
+            _, dispatch, record = collective(shipped["roster"], tau)
+        arms = {name: members[name]["arm"] for name in shipped["roster"]}
+        with Attached(model, arms, dispatch):
+            stsb = evaluate.score(model, {"STS-B": evaluate.load_task(config.data_dir, "STS-B")}, [])["STS-B"]
+        sweep.append({"tau": tau, "STS-B": stsb, "amplitude_budget": _budget(record)})
+    writer.close()
+
+    arms_json = write_arms_json(library, members, steps, shipped, trunk_hash, config)
+    return {"status": "complete", "trunk_hash": trunk_hash, "bar": bar, "steps": steps,
+            "shipped": {"collective": config.collective, "roster": shipped["roster"],
+                        **_brief(shipped["record"])},
+            "rows": {"trunk": trunk["sts8"],
+                     **{f"solo {name}": m["metrics"]["sts8"] for name, m in members.items()},
+                     "collective": collective_sts8,
+                     f"control ({'+'.join(shipped['control_roster'])})": control_sts8},
+            "trunk_validation": trunk["validation"], "tau_sweep": sweep, "arms_json": str(arms_json)}
+
+
+def _budget(record):
+    routing = record.get("final_routing")
+    return routing["amplitude_budget"] if routing else None
+
+
+def _brief(record):
+    """The parts of a dispatch training record that ARMS.json and the card show."""
+    routing = record.get("final_routing") or {}
+    return {"steps_run": record["steps_run"], "alarms": len(record["alarms"]), "stopped": record["stopped"],
+            "amplitude_budget": routing.get("amplitude_budget"), "routing_spread": routing.get("routing_spread"),
+            "shares": routing.get("shares")}
+
+
+def write_arms_json(library, members, steps, shipped, trunk_hash, config):
+    """amoe/arms/ARMS.json: one entry per arm (provenance, training spec, solo scores, verdict, file and hash)."""
+    commit, dirty = runs.git_revision()
+    verdicts = {}
+    for step in steps:
+        for name, trial in step["candidates"].items():
+            verdicts.setdefault(name, []).append(
+                {"arm_count": step["arm_count"], "validation_mean": trial["validation"]["mean"],
+                 "control_validation_mean": step["control"]["validation"]["mean"], "bar": step["bar"],
+                 "verdict": step["verdict"] if name == step["best"] else "not best"})
+    entries = {}
+    for name, member in members.items():
+        path = library / "arms" / f"{name}.safetensors"
+        arm_metadata = load_arm(path, member["arm"].blocks[0].slots.in_features, len(member["arm"].blocks),
+                                trunk_hash)[1]
+        entries[name] = {
+            "file": f"arms/{name}.safetensors", "content_hash": arm_metadata["content_hash"],
+            "trunk_hash": trunk_hash, "data": member["data"].summary(),
+            "seeds": {"arm": 0, "spread": 1}, "git_commit": commit, "git_dirty": dirty,
+            "solo_runs": [str(config.solo / f"{name}-seed{seed}") for seed in (0, 1)],
+            "training": solo_spec(SoloConfig(**{k: v for k, v in member["config"].items()
+                                                if k in {f.name for f in dataclasses.fields(SoloConfig)}})),
+            "solo_sts8": member["metrics"]["sts8"], "solo_validation": member["metrics"]["validation"],
+            "seed_spread_validation": member["spread"], "selection": verdicts.get(name, []),
+            "in_collective": name in shipped["roster"]}
+    payload = {"trunk_hash": trunk_hash, "collective": config.collective, "roster": shipped["roster"],
+               "selection_metric": "mean Spearman on the validation suite (tools/pairs.py), never STS-8",
+               "arms": entries}
+    runs.write_json(library / "arms" / "ARMS.json", payload)
+    return library / "arms" / "ARMS.json"
+
+
+# ---- the run ----------------------------------------------------------------------------------------------------------
+
+def main(argv=None):
+    mode, config = parse_config(argv)
+    if finished(config.out):
+        print(f"{config.out} is finished already (metrics.json complete); delete it to retrain")
+        return 0
+    if config.out.exists():
+        shutil.rmtree(config.out)  # a run killed half-way starts over: runs are minutes long
+    with runs.RunRecord(config.out, config, f"train_amoe {mode}"):
+        metrics = {"solo": train_solo, "dispatch": run_dispatch, "select": select}[mode](config)
+        runs.write_json(config.out / "metrics.json", metrics)
+    print(json.dumps({k: v for k, v in metrics.items() if k not in ("history", "steps")}, indent=2, default=str))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
