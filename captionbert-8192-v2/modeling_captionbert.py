@@ -156,7 +156,7 @@ class CaptionBertModel(CaptionBertPreTrainedModel):
         roster and its order from the dispatch; a list must name the same arms in the same order. force: attach arms
         trained on another trunk. Checks the toggle law (every arm off == the bare trunk) and raises on mismatch.
         """
-        from .shared_amoe import content_hash, load_arm, load_dispatch, unwrap_layers, wrap_layers
+        from .shared_amoe import load_arm, load_dispatch, trunk_hash, unwrap_layers, wrap_layers
 
         if self._amoe is not None:
             raise RuntimeError("arms are attached already; detach_amoe() first")
@@ -165,14 +165,16 @@ class CaptionBertModel(CaptionBertPreTrainedModel):
         if len(dispatches) != 1:
             raise FileNotFoundError(f"{folder} must hold exactly one <collective>/dispatch.safetensors, found "
                                     f"{[str(p.relative_to(folder)) for p in dispatches]}")
-        fingerprint, trunk_hash = self._amoe_fingerprint(), content_hash(self.state_dict())
+        fingerprint, identity = self._amoe_fingerprint(), trunk_hash(self)
         hidden, blocks = self.config.hidden_size, self.config.num_hidden_layers
-        dispatch, _ = load_dispatch(dispatches[0], hidden, blocks, trunk_hash, force)
+        dispatch, _ = load_dispatch(dispatches[0], hidden, blocks, identity, force)
         if names is not None and list(names) != dispatch.roster:
             raise ValueError(f"arms {list(names)} do not match the dispatch's roster {dispatch.roster}: routing keys "
                              "are positional, so the names and their order must be the roster's")
-        arms = {name: load_arm(folder / "arms" / f"{name}.safetensors", hidden, blocks, trunk_hash, force)[0]
+        arms = {name: load_arm(folder / "arms" / f"{name}.safetensors", hidden, blocks, identity, force)[0]
                 for name in dispatch.roster}
+        for module in (*arms.values(), dispatch):  # files hold float32; run in the trunk's dtype and device
+            module.to(device=self.device, dtype=self.dtype)
         enabled = list(dispatch.roster)
         wrap_layers(self.encoder.layers, arms, dispatch, enabled)
         self._amoe = {"arms": arms, "dispatch": dispatch, "enabled": enabled, "fingerprint": fingerprint}
@@ -181,7 +183,6 @@ class CaptionBertModel(CaptionBertPreTrainedModel):
                 unwrap_layers(self.encoder.layers)
                 self._amoe = None
                 raise RuntimeError("toggle law violated: with every arm off the model differs from the bare trunk")
-        self.to(self.device)
         return self
 
     @contextlib.contextmanager

@@ -160,6 +160,14 @@ def content_hash(tensors):
     return digest.hexdigest()
 
 
+def trunk_hash(trunk):
+    """The trunk identity arms record: content_hash of the trunk module's state dict with floating tensors rounded
+    to bfloat16, so one trunk has one identity whether it runs in float32 or bfloat16, while any trained change of
+    its weights still changes it."""
+    return content_hash({name: tensor.to(torch.bfloat16) if tensor.is_floating_point() else tensor
+                         for name, tensor in trunk.state_dict().items()})
+
+
 def _read(path, expected_format):
     """(tensors, metadata) of an AMOE file, after checking its format and content hash; clear errors otherwise."""
     path = Path(path)

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from shared_modeling.amoe import (Arm, ArmSite, Dispatch, content_hash, load_arm, load_dispatch, save_arm,
-                                  save_dispatch, sinh_cosh_mix, unwrap_layers, wrap_layers)
+                                  save_dispatch, sinh_cosh_mix, trunk_hash, unwrap_layers, wrap_layers)
 from shared_modeling.layers import Encoder
 
 
@@ -151,7 +151,7 @@ def model_with_arms(tmp_path):
                                                            "intermediate_size": 128})
     build_from_folder(folder).save_pretrained(folder)
     model = AutoModel.from_pretrained(folder, trust_remote_code=True).eval()
-    trunk = content_hash(model.state_dict())
+    trunk = trunk_hash(model)
     torch.manual_seed(1)
     for name in ("paraphrase", "equiv"):
         save_arm(folder / "amoe" / "arms" / f"{name}.safetensors", trained_like(Arm(64, 2)), name, trunk, {})
@@ -220,3 +220,34 @@ def test_loading_the_bare_model_does_not_import_the_amoe_code(model_with_arms):
               "assert not loaded(), loaded()\nmodel.attach_amoe()\nassert loaded()\nprint('ok')")
     result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True)
     assert result.returncode == 0 and result.stdout.strip().endswith("ok"), result.stderr[-2000:]
+
+
+def test_toggle_law_survives_save_and_reload(model_with_arms, tmp_path):
+    from transformers import AutoModel
+
+    folder, model = model_with_arms
+    bare = embed(model)
+    model.attach_amoe()
+    on = embed(model)
+    detached = model.detach_amoe()
+    trunk = trunk_hash(model)
+    for name, arm in detached["arms"].items():
+        save_arm(tmp_path / "copy" / "arms" / f"{name}.safetensors", arm, name, trunk, {})
+    save_dispatch(tmp_path / "copy" / "collective" / "dispatch.safetensors", detached["dispatch"], trunk)
+    reloaded = AutoModel.from_pretrained(folder, trust_remote_code=True).eval()
+    reloaded.attach_amoe(path=tmp_path / "copy")
+    assert torch.equal(embed(reloaded), on)  # the arms' effect round-trips bit for bit
+    with reloaded.amoe_off():
+        assert torch.equal(embed(reloaded), bare)
+
+
+def test_arms_run_in_the_trunks_dtype(model_with_arms):
+    _, model = model_with_arms
+    model.to(torch.bfloat16)
+    bare = embed(model)
+    model.attach_amoe()
+    assert all(p.dtype == torch.bfloat16 for p in model._amoe["dispatch"].parameters())
+    assert not torch.equal(embed(model), bare)
+    with model.amoe_off():
+        assert torch.equal(embed(model), bare)
+    model.detach_amoe()

@@ -145,10 +145,12 @@ WEIGHT_SUFFIXES = (".safetensors", ".bin", ".onnx", ".pt", ".pth", ".h5", ".msgp
 
 
 def weights_hash(source):
-    """sha256 over the weight files of a folder (or one file), in sorted path order, names included."""
+    """sha256 over the weight files of a folder (or one file), in sorted path order, names included. AMOE arms
+    (amoe/) are not the encoder's weights: the encoders here run the bare model."""
     source = Path(source)
     files = [source] if source.is_file() else sorted(
-        p for p in source.rglob("*") if p.is_file() and p.suffix in WEIGHT_SUFFIXES)
+        p for p in source.rglob("*")
+        if p.is_file() and p.suffix in WEIGHT_SUFFIXES and "amoe" not in p.relative_to(source).parts[:1])
     if not files:
         raise FileNotFoundError(f"no weight files ({', '.join(WEIGHT_SUFFIXES)}) under {source}")
     digest = hashlib.sha256()

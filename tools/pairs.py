@@ -133,13 +133,15 @@ def load(name, data_dir):
     raise ValueError(f"unknown pair data {name!r}: use one of {', '.join(TRAINING_SETS)} or a .tsv file")
 
 
-def validation_sets(data_dir):
-    """{name: [(sentence1, sentence2, gold)]}: the suite that selects arms, in tools/evaluate.score's format."""
+def validation_sets(data_dir, rows=0):
+    """{name: [(sentence1, sentence2, gold)]}: the suite that selects arms, in tools/evaluate.score's format.
+    rows: keep the first `rows` of each set (0 = all)."""
     data_dir = Path(data_dir)
     forbidden = corpus.held_out_texts(data_dir)
     snli = [(p, h, SNLI_ORDINAL[label]) for p, h, label in _snli(data_dir, "test") if label in SNLI_ORDINAL]
     sets = {"stsb-dev": _filtered("stsb-dev", "scored", "", _stsb(data_dir, "dev"), forbidden),
             "mrpc-test": _filtered("mrpc-test", "scored", "", _mrpc(data_dir, "test"), forbidden),
             "snli-test": _filtered("snli-test", "scored", "", snli, forbidden)}
-    return {name: list(zip(s.first, s.second, s.score))[:VALIDATION_SNLI_ROWS if name == "snli-test" else None]
+    limits = {name: VALIDATION_SNLI_ROWS if name == "snli-test" else len(s) for name, s in sets.items()}
+    return {name: list(zip(s.first, s.second, s.score))[:min(limits[name], rows or limits[name])]
             for name, s in sets.items()}

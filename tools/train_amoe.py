@@ -49,8 +49,8 @@ from torch.utils.tensorboard import SummaryWriter
 from tqdm.auto import tqdm
 from transformers import AutoModel
 
-from shared_modeling.amoe import (TAU, Arm, Dispatch, content_hash, load_arm, load_dispatch, save_arm,
-                                  save_dispatch, unwrap_layers, wrap_layers)
+from shared_modeling.amoe import (TAU, Arm, Dispatch, load_arm, load_dispatch, save_arm, save_dispatch, trunk_hash,
+                                  unwrap_layers, wrap_layers)
 from shared_modeling.losses import cosent, info_nce_with_hard_negatives, symmetric_info_nce
 from tools import evaluate, pairs, runs
 
@@ -72,6 +72,8 @@ class Common:
     max_length: int = 64  # tokens per text in training
     seed: int = 0  # arm and routing-key initialisation and data order
     log_every: int = 10  # steps between history / TensorBoard points
+    tasks: list[str] = field(default_factory=lambda: list(evaluate.TASKS))  # STS-8 tasks to score (default all)
+    validation_rows: int = 0  # rows per validation set (0 = all; fewer for quick trials)
     device: str = "cuda" if torch.cuda.is_available() else "cpu"
 
 
@@ -115,8 +117,9 @@ def parse_config(argv):
                                  help="a solo run folder or 'control' (repeat; the order is the roster)")
             elif item.type is bool:
                 sub.add_argument(flag, action=argparse.BooleanOptionalAction, default=None)
-            elif item.name in ("candidates", "tau_sweep"):
-                sub.add_argument(flag, nargs="+", type=float if item.name == "tau_sweep" else str, default=None)
+            elif item.name in ("candidates", "tau_sweep", "tasks"):
+                sub.add_argument(flag, nargs="+", type=float if item.name == "tau_sweep" else str, default=None,
+                                 choices=evaluate.TASKS if item.name == "tasks" else None)
             else:
                 kind = Path if item.type is Path else item.type
                 sub.add_argument(flag, type=kind, default=None, required=item.name == "out")
@@ -134,14 +137,14 @@ def parse_config(argv):
 # ---- the frozen trunk and its arms ----------------------------------------------------------------------------------
 
 def load_trunk(config):
-    """(model, trunk_hash): the captionbert trunk, frozen, eval mode (no dropout), fp32, TF32 off."""
+    """(model, trunk_id): the captionbert trunk, frozen, eval mode (no dropout), fp32, TF32 off."""
     torch.backends.cuda.matmul.allow_tf32 = False
     torch.backends.cudnn.allow_tf32 = False
     if not (Path(config.model) / "config.json").is_file():
         raise SystemExit(f"--model {config.model} is not a captionbert folder (run `make demo` to build the trunk)")
     model = AutoModel.from_pretrained(str(config.model), trust_remote_code=True, dtype=torch.float32)
     model.requires_grad_(False).eval().to(config.device)
-    return model, content_hash(model.state_dict())
+    return model, trunk_hash(model)
 
 
 def shape(model):
@@ -274,10 +277,11 @@ def validation_score(model, validation):
     return {name: result[name] for name in (*validation, "mean")}
 
 
-def sts8_score(model, data_dir):
-    task_pairs = {task: evaluate.load_task(data_dir, task) for task in evaluate.TASKS}
+def sts8_score(model, config):
+    """Spearman per STS-8 task (config.tasks) and their mean."""
+    task_pairs = {task: evaluate.load_task(config.data_dir, task) for task in config.tasks}
     result = evaluate.score(model, task_pairs, [])
-    return {name: result[name] for name in (*evaluate.TASKS, "mean")}
+    return {name: result[name] for name in (*config.tasks, "mean")}
 
 
 def finished(out):
@@ -290,8 +294,8 @@ def finished(out):
 def train_solo(config):
     name = config.name or Path(config.data).stem
     data = pairs.load(config.data, config.data_dir)
-    validation = pairs.validation_sets(config.data_dir)
-    model, trunk_hash = load_trunk(config)
+    validation = pairs.validation_sets(config.data_dir, config.validation_rows)
+    model, trunk_id = load_trunk(config)
     arm = fresh_arm(model, config.seed)
     dispatch = fresh_dispatch(model, [name], config.seed)
     parameters = list(arm.parameters()) + list(dispatch.parameters())
@@ -313,7 +317,7 @@ def train_solo(config):
                 routing = monitor.summary()
                 history.append({"step": step, "loss": float(loss.detach()), "epoch": stream.epoch,
                                 "amplitude_budget": routing["amplitude_budget"],
-                                "gate": float(torch.sigmoid(torch.stack([s.gate for s in arm.blocks])).mean())})
+                                "gate": float(torch.sigmoid(torch.stack([s.gate.detach() for s in arm.blocks])).mean())})
                 writer.add_scalar("loss", history[-1]["loss"], step)
                 writer.add_scalar("amplitude_budget", routing["amplitude_budget"], step)
                 monitor.reset()
@@ -323,12 +327,12 @@ def train_solo(config):
         print("scoring the arm on the validation suite" + (" and STS-8" if config.sts8 else ""))
         scores = {"validation": validation_score(model, validation)}
         if config.sts8:
-            scores["sts8"] = sts8_score(model, config.data_dir)
+            scores["sts8"] = sts8_score(model, config)
     writer.close()
     meta = {"data": data.summary(), "seed": config.seed, "training": solo_spec(config)}
-    save_arm(config.out / "amoe" / "arms" / f"{name}.safetensors", arm, name, trunk_hash, meta)
-    save_dispatch(config.out / "amoe" / "solo" / "dispatch.safetensors", dispatch, trunk_hash)
-    return {"status": "complete", "name": name, "trunk_hash": trunk_hash, "data": data.summary(),
+    save_arm(config.out / "amoe" / "arms" / f"{name}.safetensors", arm, name, trunk_id, meta)
+    save_dispatch(config.out / "amoe" / "solo" / "dispatch.safetensors", dispatch, trunk_id)
+    return {"status": "complete", "name": name, "trunk_hash": trunk_id, "data": data.summary(),
             "training_minutes": round(minutes, 2), "history": history, **scores}
 
 
@@ -388,15 +392,15 @@ def train_dispatch(model, arms, streams, dispatch, config, writer=None):
             "alarms": alarms, "history": history, "final_routing": history[-1] if history else None}
 
 
-def solo_arm(folder, model, trunk_hash):
+def solo_arm(folder, model, trunk_id):
     """(name, arm, solo dispatch, solo metrics) of a finished solo run folder."""
     folder = Path(folder)
     if not finished(folder):
         raise SystemExit(f"{folder} is not a finished solo run (no complete metrics.json)")
     metrics = runs.read_json(folder / "metrics.json")
     name = metrics["name"]
-    arm, _ = load_arm(folder / "amoe" / "arms" / f"{name}.safetensors", *shape(model), trunk_hash)
-    dispatch, _ = load_dispatch(folder / "amoe" / "solo" / "dispatch.safetensors", *shape(model), trunk_hash)
+    arm, _ = load_arm(folder / "amoe" / "arms" / f"{name}.safetensors", *shape(model), trunk_id)
+    dispatch, _ = load_dispatch(folder / "amoe" / "solo" / "dispatch.safetensors", *shape(model), trunk_id)
     return name, arm, dispatch, metrics
 
 
@@ -413,7 +417,7 @@ def build_collective(model, members, roster, seed, tau):
 
 
 def run_dispatch(config):
-    model, trunk_hash = load_trunk(config)
+    model, trunk_id = load_trunk(config)
     members, arms, streams = {}, {}, {}
     roster = []
     for entry in config.arms:
@@ -421,7 +425,7 @@ def run_dispatch(config):
             arms[CONTROL] = fresh_arm(model, config.seed)
             roster.append(CONTROL)
             continue
-        name, arm, dispatch, metrics = solo_arm(entry, model, trunk_hash)
+        name, arm, dispatch, metrics = solo_arm(entry, model, trunk_id)
         members[name] = {"dispatch": dispatch}
         arms[name], streams[name] = arm, pairs.load(runs.read_json(Path(entry) / "config.json")["data"],
                                                      config.data_dir)
@@ -433,21 +437,45 @@ def run_dispatch(config):
     record = train_dispatch(model, arms, streams, dispatch, config, writer)
     writer.close()
     with Attached(model, arms, dispatch):
-        record["validation"] = validation_score(model, pairs.validation_sets(config.data_dir))
+        validation = pairs.validation_sets(config.data_dir, config.validation_rows)
+        record["validation"] = validation_score(model, validation)
     for name, arm in arms.items():
-        save_arm(config.out / "amoe" / "arms" / f"{name}.safetensors", arm, name, trunk_hash, {})
-    save_dispatch(config.out / "amoe" / config.collective / "dispatch.safetensors", dispatch, trunk_hash)
-    return {"status": "complete", "trunk_hash": trunk_hash, **record}
+        save_arm(config.out / "amoe" / "arms" / f"{name}.safetensors", arm, name, trunk_id, {})
+    save_dispatch(config.out / "amoe" / config.collective / "dispatch.safetensors", dispatch, trunk_id)
+    return {"status": "complete", "trunk_hash": trunk_id, **record}
 
 
 # ---- select -----------------------------------------------------------------------------------------------------------
 
+def greedy_selection(candidates, evaluate_roster, bar):
+    """Greedy forward selection (ACCEPTED, STEPS). At arm count A every remaining candidate joins the accepted
+    roster, and so does the untrained control in its place; evaluate_roster(roster) -> (scores with a "mean", ...).
+    The best candidate is accepted only if its mean beats the control's by more than `bar`; the first step where
+    none does ends the search (it is recorded too)."""
+    accepted, steps, remaining = [], [], list(candidates)
+    while remaining:
+        control = evaluate_roster(accepted + [CONTROL])
+        trials = {name: evaluate_roster(accepted + [name]) for name in remaining}
+        best = max(trials, key=lambda name: trials[name][0]["mean"])
+        margin = trials[best][0]["mean"] - control[0]["mean"]
+        verdict = "accepted" if margin > bar else "rejected"
+        steps.append({"arm_count": len(accepted) + 1, "roster_before": list(accepted), "control": control,
+                      "trials": trials, "best": best, "margin": margin, "verdict": verdict})
+        print(f"A={len(accepted) + 1}: best {best} {trials[best][0]['mean']:.4f} vs control "
+              f"{control[0]['mean']:.4f} (margin {margin:+.4f}, bar {bar:.4f}): {verdict}")
+        if verdict == "rejected":
+            break
+        accepted.append(best)
+        remaining.remove(best)
+    return accepted, steps
+
+
 def select(config):
-    model, trunk_hash = load_trunk(config)
-    validation = pairs.validation_sets(config.data_dir)
+    model, trunk_id = load_trunk(config)
+    validation = pairs.validation_sets(config.data_dir, config.validation_rows)
     members = {}
     for name in config.candidates:
-        seeds = [solo_arm(config.solo / f"{name}-seed{seed}", model, trunk_hash) for seed in (0, 1)]
+        seeds = [solo_arm(config.solo / f"{name}-seed{seed}", model, trunk_id) for seed in (0, 1)]
         if seeds[0][0] != name:
             raise SystemExit(f"{config.solo / f'{name}-seed0'} trained arm {seeds[0][0]!r}, not {name!r}")
         solo_config = runs.read_json(config.solo / f"{name}-seed0" / "config.json")
@@ -458,7 +486,7 @@ def select(config):
     bar = max(m["spread"] for m in members.values())
     print(f"bar (largest two-seed spread of the solo validation means): {bar:.4f}")
     print("scoring the bare trunk")
-    trunk = {"validation": validation_score(model, validation), "sts8": sts8_score(model, config.data_dir)}
+    trunk = {"validation": validation_score(model, validation), "sts8": sts8_score(model, config)}
     control_arm = fresh_arm(model, config.seed + 1000)
     writer = SummaryWriter(str(config.out / "tensorboard"))
 
@@ -479,46 +507,35 @@ def select(config):
             scores = validation_score(model, validation)
         return scores, dispatch, record
 
-    accepted, steps, shipped = [], [], None
-    remaining = list(config.candidates)
-    while remaining:
-        count = len(accepted) + 1
-        control_scores, control_dispatch, control_record = collective(accepted + [CONTROL])
-        trials = {name: collective(accepted + [name]) for name in remaining}
-        best = max(trials, key=lambda name: trials[name][0]["mean"])
-        margin = trials[best][0]["mean"] - control_scores["mean"]
-        verdict = "accepted" if margin > bar else "rejected"
-        steps.append({"arm_count": count, "roster_before": list(accepted), "bar": bar,
-                      "control": {"validation": control_scores, **_brief(control_record)},
-                      "candidates": {name: {"validation": t[0], **_brief(t[2])} for name, t in trials.items()},
-                      "best": best, "margin_over_control": margin, "verdict": verdict})
-        print(f"A={count}: best {best} {trials[best][0]['mean']:.4f} vs control {control_scores['mean']:.4f} "
-              f"(margin {margin:+.4f}, bar {bar:.4f}): {verdict}")
-        if verdict == "rejected":
-            break
-        accepted.append(best)
-        remaining.remove(best)
-        shipped = {"roster": list(accepted), "dispatch": trials[best][1], "record": trials[best][2],
-                   "control_roster": accepted[:-1] + [CONTROL], "control_dispatch": control_dispatch}
-    if shipped is None:
+    accepted, steps = greedy_selection(config.candidates, collective, bar)
+    if not accepted:
         raise SystemExit("no arm beat the untrained control by more than the bar: nothing to ship")
+    final = steps[len(accepted) - 1]
+    shipped = {"roster": accepted, "dispatch": final["trials"][final["best"]][1],
+               "record": final["trials"][final["best"]][2], "control_roster": accepted[:-1] + [CONTROL],
+               "control_dispatch": final["control"][1]}
+    steps = [{"arm_count": step["arm_count"], "roster_before": step["roster_before"], "bar": bar,
+              "control": {"validation": step["control"][0], **_brief(step["control"][2])},
+              "candidates": {name: {"validation": t[0], **_brief(t[2])} for name, t in step["trials"].items()},
+              "best": step["best"], "margin_over_control": step["margin"], "verdict": step["verdict"]}
+             for step in steps]
 
     library = config.out / "amoe"
     for name, member in members.items():
-        save_arm(library / "arms" / f"{name}.safetensors", member["arm"], name, trunk_hash,
+        save_arm(library / "arms" / f"{name}.safetensors", member["arm"], name, trunk_id,
                  {"data": member["data"].summary(), "seed": 0})
-    save_dispatch(library / config.collective / "dispatch.safetensors", shipped["dispatch"], trunk_hash)
+    save_dispatch(library / config.collective / "dispatch.safetensors", shipped["dispatch"], trunk_id)
 
     print(f"scoring the shipped collective {shipped['roster']} and its control on STS-8")
     del model  # the collective is scored through the public API on a freshly loaded trunk
     model, _ = load_trunk(config)
     model.attach_amoe(path=library)
-    collective_sts8 = sts8_score(model, config.data_dir)
+    collective_sts8 = sts8_score(model, config)
     model.detach_amoe()
     control_arms = {name: (control_arm if name == CONTROL else members[name]["arm"])
                     for name in shipped["control_roster"]}
     with Attached(model, control_arms, shipped["control_dispatch"]):
-        control_sts8 = sts8_score(model, config.data_dir)
+        control_sts8 = sts8_score(model, config)
 
     sweep = []
     for tau in [TAU, *config.tau_sweep]:
@@ -533,8 +550,8 @@ def select(config):
         sweep.append({"tau": tau, "STS-B": stsb, "amplitude_budget": _budget(record)})
     writer.close()
 
-    arms_json = write_arms_json(library, members, steps, shipped, trunk_hash, config)
-    return {"status": "complete", "trunk_hash": trunk_hash, "bar": bar, "steps": steps,
+    arms_json = write_arms_json(library, members, steps, shipped, trunk_id, config)
+    return {"status": "complete", "trunk_hash": trunk_id, "bar": bar, "steps": steps,
             "shipped": {"collective": config.collective, "roster": shipped["roster"],
                         **_brief(shipped["record"])},
             "rows": {"trunk": trunk["sts8"],
@@ -557,7 +574,7 @@ def _brief(record):
             "shares": routing.get("shares")}
 
 
-def write_arms_json(library, members, steps, shipped, trunk_hash, config):
+def write_arms_json(library, members, steps, shipped, trunk_id, config):
     """amoe/arms/ARMS.json: one entry per arm (provenance, training spec, solo scores, verdict, file and hash)."""
     commit, dirty = runs.git_revision()
     verdicts = {}
@@ -571,10 +588,10 @@ def write_arms_json(library, members, steps, shipped, trunk_hash, config):
     for name, member in members.items():
         path = library / "arms" / f"{name}.safetensors"
         arm_metadata = load_arm(path, member["arm"].blocks[0].slots.in_features, len(member["arm"].blocks),
-                                trunk_hash)[1]
+                                trunk_id)[1]
         entries[name] = {
             "file": f"arms/{name}.safetensors", "content_hash": arm_metadata["content_hash"],
-            "trunk_hash": trunk_hash, "data": member["data"].summary(),
+            "trunk_hash": trunk_id, "data": member["data"].summary(),
             "seeds": {"arm": 0, "spread": 1}, "git_commit": commit, "git_dirty": dirty,
             "solo_runs": [str(config.solo / f"{name}-seed{seed}") for seed in (0, 1)],
             "training": solo_spec(SoloConfig(**{k: v for k, v in member["config"].items()
@@ -582,7 +599,7 @@ def write_arms_json(library, members, steps, shipped, trunk_hash, config):
             "solo_sts8": member["metrics"]["sts8"], "solo_validation": member["metrics"]["validation"],
             "seed_spread_validation": member["spread"], "selection": verdicts.get(name, []),
             "in_collective": name in shipped["roster"]}
-    payload = {"trunk_hash": trunk_hash, "collective": config.collective, "roster": shipped["roster"],
+    payload = {"trunk_hash": trunk_id, "collective": config.collective, "roster": shipped["roster"],
                "selection_metric": "mean Spearman on the validation suite (tools/pairs.py), never STS-8",
                "arms": entries}
     runs.write_json(library / "arms" / "ARMS.json", payload)
