@@ -1,7 +1,6 @@
 # Generated from shared_modeling/pooling.py by `make vendor`. Do not edit: edit the source and regenerate.
 """Sentence pooling: masked mean over real tokens, and L2 normalisation. Legend: B batch, T tokens, D width."""
 
-import torch
 import torch.nn.functional as F
 
 

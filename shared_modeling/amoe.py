@@ -78,7 +78,7 @@ class BlockDispatch(nn.Module):
                              f"{KEY_WIDTH}, got {hidden_size}")
         self.tau = tau
         generator = torch.Generator().manual_seed(seed)
-        keys = torch.linalg.qr(torch.randn(hidden_size, KEY_WIDTH, generator=generator)).Q.T  # (64, D), orthonormal rows
+        keys = torch.linalg.qr(torch.randn(hidden_size, KEY_WIDTH, generator=generator)).Q.T  # (64, D) orthonormal rows
         self.register_buffer("key_projection", keys.contiguous())
         self.routing_keys = nn.Parameter(torch.empty(num_arms, KEY_WIDTH))
         nn.init.orthogonal_(self.routing_keys)

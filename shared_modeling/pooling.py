@@ -1,6 +1,5 @@
 """Sentence pooling: masked mean over real tokens, and L2 normalisation. Legend: B batch, T tokens, D width."""
 
-import torch
 import torch.nn.functional as F
 
 

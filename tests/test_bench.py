@@ -17,7 +17,7 @@ def test_bench_tiny_run_writes_finite_positive_ratios(tmp_path, data_dir):
     assert report["bert_attn_implementation"] == "sdpa"
     assert report["captions"]["count"] == 16
     rows = report["rows"]
-    assert len(rows) == 10
+    assert len(rows) == 15
     for row in rows:
         for key in ("ours", "reference", "ratio"):
             assert math.isfinite(row[key]) and row[key] > 0, (row["name"], key, row[key])
@@ -29,3 +29,4 @@ def test_bench_tiny_run_writes_finite_positive_ratios(tmp_path, data_dir):
     for stage in ("extraction", "training"):
         assert all(len(seconds) == 1 for seconds in report["seconds"][stage].values())
     assert report["corpus_sample"]["count"] == 32
+    assert report["amoe"] == {"arms": 3, "off_equals_bare": True, "on_differs_from_bare": True}

@@ -3,6 +3,7 @@ tools/train_amoe.py end to end (solo -> dispatch -> select) on a tiny trunk."""
 
 import itertools
 import json
+import shutil
 
 import pytest
 import torch
@@ -51,13 +52,15 @@ def test_training_and_validation_pairs_never_hold_held_out_text(data_dir):
     assert set(pairs.load("paraphrase", data_dir).score) == {0.0, 1.0}
     validation = pairs.validation_sets(data_dir)
     assert {name: len(rows) > 300 for name, rows in validation.items()} == dict.fromkeys(validation, True)
-    assert not any(corpus.normalised(t) in forbidden for rows in validation.values() for a, b, _ in rows for t in (a, b))
+    validation_texts = [t for rows in validation.values() for a, b, _ in rows for t in (a, b)]
+    assert not any(corpus.normalised(t) in forbidden for t in validation_texts)
 
 
 def test_tsv_pairs_kinds_and_errors(tmp_path, data_dir):
-    (tmp_path / "p.tsv").write_text("the heron waits by the weir\ta grey heron stands at the weir\nthe kettle whistles twice\tthe kettle sings\n")
-    (tmp_path / "s.tsv").write_text("the heron waits by the weir\ta grey heron stands at the weir\t4.5\nthe kettle whistles twice\ta ferry leaves port\t0.5\n")
-    (tmp_path / "t.tsv").write_text("the heron waits by the weir\ta grey heron stands at the weir\tthe heron has flown off\n")
+    heron = "the heron waits by the weir\ta grey heron stands at the weir"
+    (tmp_path / "p.tsv").write_text(f"{heron}\nthe kettle whistles twice\tthe kettle sings\n")
+    (tmp_path / "s.tsv").write_text(f"{heron}\t4.5\nthe kettle whistles twice\ta ferry leaves port\t0.5\n")
+    (tmp_path / "t.tsv").write_text(f"{heron}\tthe heron has flown off\n")
     (tmp_path / "bad.tsv").write_text("one field only\n")
     assert pairs.load(str(tmp_path / "p.tsv"), data_dir).kind == "pairs"
     assert pairs.load(str(tmp_path / "s.tsv"), data_dir).score == [4.5, 0.5]
@@ -155,3 +158,22 @@ def test_train_amoe_solo_dispatch_select_end_to_end(tiny_trunk, tmp_path, data_d
     assert {"trunk", "solo equiv", "solo sts", "collective"} <= set(record["rows"])
     model.attach_amoe(path=selected / "amoe")
     assert model._amoe["dispatch"].roster == record["shipped"]["roster"]
+
+    # What tools/export_captionbert.py ships and writes: the folder loads the collective in a fresh process, every
+    # arm off is the bare trunk there, and the card's AMOE section is generated from these records.
+    from tools import export_captionbert
+
+    folder = tmp_path / "hub"
+    shutil.copytree(tiny_trunk, folder)
+    shutil.copytree(selected / "amoe", folder / "amoe")
+    loaded = export_captionbert.fresh_process_embeddings(folder, amoe=True)
+    assert loaded["amoe_off"] == loaded["embeddings"] and loaded["amoe"] != loaded["embeddings"]
+    assert loaded["roster"] == record["shipped"]["roster"]
+    card = export_captionbert.amoe_section(record, arms)
+    collective = record["rows"]["collective"]
+    gain = collective["mean"] - record["rows"]["trunk"]["mean"]
+    assert f"{collective['mean']:.4f}" in card and f"{gain:+.4f}" in card
+    assert f"{record['bar']:.4f}" in card and f"{record['tau_sweep'][1]['STS-B']:.4f}" in card
+    assert any(line.startswith("| control (") for line in card.splitlines())
+    cells = {cell.strip() for line in card.splitlines() if line.startswith("|") for cell in line.split("|")}
+    assert not cells & {"None", "nan"}

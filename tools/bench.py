@@ -20,6 +20,10 @@ captions, tokenized by captionbert's tokenizer. One run measures:
   5. Student training steps (tools/distill_captionbert.train_step: bf16 autocast forward, InfoNCE + MSE, backward,
      Adam) on bucketed batches of that sample: captionbert vs BertModel of the same shape with the same pooling and
      head. Target >= 1.0x.
+  6. AMOE arms: captionbert.encode with a collective of `--arms` arms attached through attach_amoe (random arms
+     with non-zero outputs, written as arm files; speed does not depend on the weights) vs the bare trunk, fp32 and
+     bf16. Target <= 1.15x the bare latency. With every arm off (amoe_off) the embeddings must equal the bare
+     trunk's bit for bit (target: equal), and its latency is reported beside.
 
 The table and report.json (with the raw timings) go to runs/bench/<timestamp>/ beside config.json and run.json.
 
@@ -30,6 +34,8 @@ Usage:
 """
 
 import argparse
+import contextlib
+import copy
 import gc
 import json
 import operator
@@ -50,6 +56,7 @@ from torch import nn
 from tqdm.auto import tqdm
 from transformers import AutoConfig, AutoModel, AutoTokenizer, BertConfig, BertModel
 
+from shared_modeling.amoe import Arm, Dispatch, save_arm, save_dispatch, trunk_hash
 from shared_modeling.pooling import l2_normalize, masked_mean_pool
 from tools import corpus, distill_captionbert, encoders, runs
 
@@ -59,7 +66,7 @@ CAPTIONS = Path("captions") / "flickr8k" / "Flickr8k.token.txt"
 # Both models share vocabulary (30,522) and positions (8,192); only the trunk changes between the two shapes.
 SHAPES = {
     False: dict(hidden_size=512, num_hidden_layers=12, num_attention_heads=8, intermediate_size=2048),
-    True: dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=2, intermediate_size=64),
+    True: dict(hidden_size=64, num_hidden_layers=2, num_attention_heads=2, intermediate_size=128),  # AMOE needs 64
 }
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
 
@@ -73,9 +80,10 @@ class Config:
     repeats: int = 5  # timed repeats per comparison after one warm-up; the median is reported
     long_tokens: int = 8192  # length of the single long input of measurement 3
     peak_size: int = 2048  # side of the square matmul that measures the machine's peak
-    tiny: bool = False  # hidden 32, 2 layers, 2 heads, FFN 64 for both models: a smoke test in seconds
+    tiny: bool = False  # hidden 64, 2 layers, 2 heads, FFN 128 for both models: a smoke test in seconds
     corpus_texts: int = 1024  # texts sampled (seeded) from the default corpus for measurements 4 and 5
     train_steps: int = 4  # training steps per timed repeat in measurement 5
+    arms: int = 3  # arms in the collective of measurement 6
     seed: int = 0  # caption sample, weights and the long input
 
 
@@ -166,6 +174,21 @@ def long_input(config, attn_implementation):
     return json.loads(result.stdout.splitlines()[-1])
 
 
+def write_random_collective(folder, model, arms, seed):
+    """amoe/-style folder of `arms` random arms (output projections drawn, so they act) and one dispatch, stamped
+    with `model`'s trunk identity so attach_amoe(path=folder) accepts them."""
+    torch.manual_seed(seed)
+    hidden, blocks, identity = model.config.hidden_size, model.config.num_hidden_layers, trunk_hash(model)
+    roster = [f"arm{k}" for k in range(arms)]
+    for name in roster:
+        arm = Arm(hidden, blocks)
+        with torch.no_grad():
+            for site in arm.blocks:
+                site.head_out.weight.normal_(std=0.02)
+        save_arm(folder / "arms" / f"{name}.safetensors", arm, name, identity, {"bench": True})
+    save_dispatch(folder / "collective" / "dispatch.safetensors", Dispatch(roster, hidden, blocks, seed), identity)
+
+
 def row(name, unit, ours, reference, ratio, target=None):
     """One line of the table; target is (">=" or "<=", threshold) or None."""
     met = None if target is None else {">=": operator.ge, "<=": operator.le}[target[0]](ratio, target[1])
@@ -185,6 +208,7 @@ def main(argv=None):
     parser.add_argument("--tiny", action="store_true", help="small shape for both models (smoke tests)")
     parser.add_argument("--corpus-texts", type=int, default=Config.corpus_texts, help="corpus sample (4, 5)")
     parser.add_argument("--train-steps", type=int, default=Config.train_steps, help="steps per repeat (5)")
+    parser.add_argument("--arms", type=int, default=Config.arms, help="arms in the collective (6)")
     parser.add_argument("--seed", type=int, default=Config.seed, help="sample, weights and long input")
     config = Config(**vars(parser.parse_args(argv)))
     torch.set_num_threads(os.cpu_count())
@@ -310,6 +334,39 @@ def main(argv=None):
         rows.append(row("(5) training step bf16: captionbert vs BertModel", "tokens/s", tokens / ours,
                         tokens / theirs, theirs / ours, (">=", 1.0)))
         report["seconds"]["extraction"], report["seconds"]["training"] = extract, train
+
+        # ---- 6: AMOE arms on vs the bare trunk (an identical copy); every arm off must be the bare trunk --------
+        captionbert.eval()
+        bare_trunk = copy.deepcopy(captionbert)
+        with tempfile.TemporaryDirectory() as folder:
+            write_random_collective(Path(folder), captionbert, config.arms, config.seed)
+            captionbert.attach_amoe(path=folder)
+
+        def encoder(model, arms_off=False):
+            def run():
+                with captionbert.amoe_off() if arms_off else contextlib.nullcontext():
+                    model.encode(texts, batch_size=size, show_progress_bar=False)
+            return run
+
+        outputs = {"bare": bare_trunk.encode(texts, batch_size=size, show_progress_bar=False),
+                   "on": captionbert.encode(texts, batch_size=size, show_progress_bar=False)}
+        with captionbert.amoe_off():
+            outputs["off"] = captionbert.encode(texts, batch_size=size, show_progress_bar=False)
+        report["amoe"] = {"arms": config.arms, "off_equals_bare": bool(np.array_equal(outputs["off"], outputs["bare"])),
+                          "on_differs_from_bare": not np.array_equal(outputs["on"], outputs["bare"])}
+        for dtype in DTYPES:
+            latency = race({"arms on": in_dtype(encoder(captionbert), dtype),
+                            "arms off": in_dtype(encoder(captionbert, arms_off=True), dtype),
+                            "bare": in_dtype(encoder(bare_trunk), dtype)}, config.repeats, f"AMOE encode {dtype}")
+            report["seconds"][dtype]["amoe"] = latency
+            bare = statistics.median(latency["bare"])
+            for state, target in (("arms on", ("<=", 1.15)), ("arms off", None)):
+                ours = statistics.median(latency[state])
+                rows.append(row(f"(6) encode {dtype}: {config.arms} arms, {state} vs bare trunk (latency)", "s",
+                                ours, bare, ours / bare, target))
+        rows.append(row("(6) fp32 embeddings, every arm off vs bare trunk: equal", "bool",
+                        float(report["amoe"]["off_equals_bare"]), 1.0, float(report["amoe"]["off_equals_bare"]),
+                        (">=", 1.0)))
         report.update(long_input=long, load_average_at_end=os.getloadavg(), rows=rows)
 
         # ---- report ----------------------------------------------------------------------------------------------

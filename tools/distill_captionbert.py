@@ -29,7 +29,6 @@ checkpoint_every steps), tensorboard/ events, metrics.json (history and final nu
 import argparse
 import dataclasses
 import json
-import math
 import os
 import random
 import shutil

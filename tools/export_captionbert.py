@@ -260,11 +260,10 @@ is generated from its `shared_modeling/` package.
 """
 
 
-def amoe_section(select, arms_json):
-    """The card's AMOE part, from a tools/train_amoe.py select run (metrics.json) and its ARMS.json."""
+def amoe_table(select):
+    """STS-8 rows with arms: the trunk, each solo arm, the shipped collective and its control."""
     rows, tasks = select["rows"], [t for t in evaluate.TASKS if t in select["rows"]["trunk"]]
-    trunk = rows["trunk"]
-    roster = select["shipped"]["roster"]
+    trunk, roster = rows["trunk"], select["shipped"]["roster"]
     lines = ["| row | " + " | ".join(tasks) + " | mean | vs trunk | tasks above trunk |",
              "|" + "---|" * (len(tasks) + 4)]
     for name, row in rows.items():
@@ -273,6 +272,14 @@ def amoe_section(select, arms_json):
         lines.append(f"| {label} | " + " | ".join(f"{row[t]:.4f}" for t in tasks)
                      + f" | {row['mean']:.4f} | {row['mean'] - trunk['mean']:+.4f} | "
                      + ("-" if name == "trunk" else f"{above}/{len(tasks)}") + " |")
+    return "\n".join(lines)
+
+
+def amoe_section(select, arms_json):
+    """The card's AMOE part, from a tools/train_amoe.py select run (metrics.json) and its ARMS.json."""
+    rows, tasks = select["rows"], [t for t in evaluate.TASKS if t in select["rows"]["trunk"]]
+    trunk = rows["trunk"]
+    roster = select["shipped"]["roster"]
     collective = rows["collective"]
     gain, above = collective["mean"] - trunk["mean"], sum(collective[t] > trunk[t] for t in tasks)
     verdict = ("meets" if gain > 0 and above >= len(tasks) - 1 else "does not meet") + \
@@ -330,7 +337,7 @@ them to another trunk is refused (`force=True` overrides).
 dispatch trained the same way. The collective {verdict}: {gain:+.4f} on the mean, above the trunk on
 {above}/{len(tasks)} tasks. It {goal} the goal of +0.06 (the paper reached +0.121 on its trunk).
 
-{nl.join(lines)}
+{amoe_table(select)}
 
 **Selection** (greedy forward, tools/train_amoe.py select). Every comparison is on the validation suite (STS-B dev,
 MRPC test, SNLI test; held-out text removed), never on STS-8. At each arm count every candidate is compared with
@@ -403,6 +410,9 @@ def main(argv=None):
     (config.to / "README.md").write_text(card)
     print(f"wrote {config.to / 'README.md'}\n")
     print(sts_table(metrics, runs.read_json(config.extract / "manifest.json")))
+    if select is not None:
+        print(f"\nAMOE arms on the trunk (shipped collective: {' + '.join(select['shipped']['roster'])})\n")
+        print(amoe_table(select))
     return 0
 
 

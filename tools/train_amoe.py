@@ -134,7 +134,7 @@ def parse_config(argv):
     return mode, config
 
 
-# ---- the frozen trunk and its arms ----------------------------------------------------------------------------------
+# ---- the frozen trunk and its arms -----------------------------------------------------------------------------------
 
 def load_trunk(config):
     """(model, trunk_id): the captionbert trunk, frozen, eval mode (no dropout), fp32, TF32 off."""
@@ -179,7 +179,7 @@ class Attached:
         return False
 
 
-# ---- batches and losses ---------------------------------------------------------------------------------------------
+# ---- batches and losses ----------------------------------------------------------------------------------------------
 
 class Stream:
     """Endless seeded batches of one PairSet: each epoch a fresh permutation, cut into batch_size rows."""
@@ -269,7 +269,7 @@ class RoutingMonitor:
             handle.remove()
 
 
-# ---- scoring ----------------------------------------------------------------------------------------------------------
+# ---- scoring ---------------------------------------------------------------------------------------------------------
 
 def validation_score(model, validation):
     """tools/evaluate.score on the validation suite: Spearman per set and their mean."""
@@ -289,7 +289,7 @@ def finished(out):
     return path.is_file() and runs.read_json(path).get("status") == "complete"
 
 
-# ---- solo -----------------------------------------------------------------------------------------------------------
+# ---- solo ------------------------------------------------------------------------------------------------------------
 
 def train_solo(config):
     name = config.name or Path(config.data).stem
@@ -317,7 +317,7 @@ def train_solo(config):
                 routing = monitor.summary()
                 history.append({"step": step, "loss": float(loss.detach()), "epoch": stream.epoch,
                                 "amplitude_budget": routing["amplitude_budget"],
-                                "gate": float(torch.sigmoid(torch.stack([s.gate.detach() for s in arm.blocks])).mean())})
+                                "gate": float(torch.stack([s.gate.detach() for s in arm.blocks]).sigmoid().mean())})
                 writer.add_scalar("loss", history[-1]["loss"], step)
                 writer.add_scalar("amplitude_budget", routing["amplitude_budget"], step)
                 monitor.reset()
@@ -342,7 +342,7 @@ def solo_spec(config):
         "optimizer": "Adam, weight decay 0", "precision": "fp32, TF32 off", "trunk": "frozen, eval mode"}
 
 
-# ---- dispatch ---------------------------------------------------------------------------------------------------------
+# ---- dispatch --------------------------------------------------------------------------------------------------------
 
 def train_dispatch(model, arms, streams, dispatch, config, writer=None):
     """Train only dispatch's routing keys with the frozen `arms` attached; streams: {arm name: PairSet} (the
@@ -445,7 +445,7 @@ def run_dispatch(config):
     return {"status": "complete", "trunk_hash": trunk_id, **record}
 
 
-# ---- select -----------------------------------------------------------------------------------------------------------
+# ---- select ----------------------------------------------------------------------------------------------------------
 
 def greedy_selection(candidates, evaluate_roster, bar):
     """Greedy forward selection (ACCEPTED, STEPS). At arm count A every remaining candidate joins the accepted
@@ -606,7 +606,7 @@ def write_arms_json(library, members, steps, shipped, trunk_id, config):
     return library / "arms" / "ARMS.json"
 
 
-# ---- the run ----------------------------------------------------------------------------------------------------------
+# ---- the run ---------------------------------------------------------------------------------------------------------
 
 def main(argv=None):
     mode, config = parse_config(argv)
