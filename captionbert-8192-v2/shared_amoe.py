@@ -29,10 +29,13 @@ GATE_INIT = -3.0
 
 def sinh_cosh_mix(logits, values):
     """sum_k sinh(u_k) v_k / sum_k cosh(u_k) over the last axis of `logits` (..., K) with values (K, W), computed
-    with max|u| subtracted before exponentiating so large |u| (small tau) stays finite."""
-    shift = logits.abs().amax(dim=-1, keepdim=True)
-    positive, negative = torch.exp(logits - shift), torch.exp(-logits - shift)
-    return ((positive - negative) @ values) / (positive + negative).sum(dim=-1, keepdim=True)
+    with max|u| subtracted before exponentiating so large |u| (small tau) stays finite. The 1/2 of sinh and cosh
+    cancels. Written for few memory passes over (..., K): this is the hot loop of an arm on a CPU."""
+    shift = torch.maximum(logits.amax(dim=-1, keepdim=True), -logits.amin(dim=-1, keepdim=True))  # max|u|
+    positive = (logits - shift).exp_()  # e^(u - shift)
+    negative = (logits + shift).neg_().exp_()  # e^(-u - shift)
+    denominator = positive.sum(dim=-1, keepdim=True) + negative.sum(dim=-1, keepdim=True)
+    return (positive @ values - negative @ values) / denominator
 
 
 class ArmSite(nn.Module):
@@ -56,7 +59,7 @@ class ArmSite(nn.Module):
         """hidden (N, D) -> delta (N, D)."""
         slots = F.normalize(self.slots(hidden).unflatten(-1, (SLOTS // GROUP_WIDTH, GROUP_WIDTH)), dim=-1)  # (N, G, 4)
         atoms = F.normalize(self.codebook, dim=-1)  # (K, 4)
-        addressed = sinh_cosh_mix(slots @ atoms.T / self.tau, atoms)  # (N, G, 4)
+        addressed = sinh_cosh_mix(slots @ (atoms.T / self.tau), atoms)  # (N, G, 4); 1/tau on the small side
         features = F.relu(self.head_in(addressed.flatten(-2))) ** 2  # (N, 178)
         return torch.sigmoid(self.gate) * self.head_out(self.head_norm(features))  # (N, D)
 
@@ -123,7 +126,7 @@ class AmoeLayer(nn.Module):
         mixed = output
         for k, name in enumerate(self.roster):
             if name in self.enabled:
-                mixed = mixed + weights[:, k:k + 1] * self.sites[name](output)
+                mixed = torch.addcmul(mixed, weights[:, k:k + 1], self.sites[name](output))  # x + (w_k/z) delta_k
         return mixed
 
 

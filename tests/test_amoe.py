@@ -22,6 +22,7 @@ def test_sinh_cosh_mix_is_exact_and_stable():
     values = torch.eye(3, dtype=torch.float64)
     expected = torch.sinh(logits) / torch.cosh(logits).sum()
     torch.testing.assert_close(sinh_cosh_mix(logits, values), expected)
+    assert torch.autograd.gradcheck(lambda u: sinh_cosh_mix(u, values), (logits.clone().requires_grad_(),))
     huge = sinh_cosh_mix(torch.tensor([[400.0, -900.0, 10.0]]), torch.eye(3))  # tau -> 0: no overflow
     assert torch.isfinite(huge).all() and huge[0, 1] == pytest.approx(-1.0)
 
