@@ -282,3 +282,21 @@ def test_pipeline_end_to_end_exports_a_loadable_folder_with_a_generated_card(tmp
     with pytest.raises(SystemExit, match="scored other weights"):
         export_captionbert.main(["--extract", str(extraction), "--align", str(alignment), "--distill", str(distill),
                                  "--eval", str(eval_dir), "--to", str(target)])
+
+
+def test_silver_pairs_are_scored_by_the_teachers_cosine(tmp_path, extraction):
+    from tools import silver_pairs
+
+    out = tmp_path / "silver"
+    assert silver_pairs.main(["--extract", str(extraction), "--out", str(out), "--anchors", "40",
+                              "--neighbours", "3"]) == 0
+    rows = [line.split("\t") for line in (out / "silver.tsv").read_text().splitlines()]
+    assert len(rows) == 80 and all(a != b for a, b, _ in rows)
+    manifest = json.loads((extraction / "manifest.json").read_text())
+    teacher = next(t for t in manifest["teachers"] if t["name"] == manifest["reference"])
+    embeddings = silver_pairs.load_embeddings(extraction, teacher)
+    row_of = {text: i for i, text in enumerate(corpus.read_texts(extraction / "texts.jsonl"))}
+    first, second, score = rows[0]
+    assert float(score) == pytest.approx(float(embeddings[row_of[first]] @ embeddings[row_of[second]]), abs=1e-4)
+    near, far = [float(s) for _, _, s in rows[:40]], [float(s) for _, _, s in rows[40:]]
+    assert min(near) > np.median(far)  # nearest-neighbour partners score above random ones

@@ -42,7 +42,7 @@ def test_hard_negative_info_nce_matches_cross_entropy_over_positives_and_negativ
 
 def test_training_and_validation_pairs_never_hold_held_out_text(data_dir):
     forbidden = corpus.held_out_texts(data_dir)
-    expected = {"paraphrase": "labelled", "equiv": "triples", "sts": "scored"}
+    expected = {"paraphrase": "labelled", "equiv": "triples", "sts": "scored", "caption": "pairs"}
     for name, kind in expected.items():
         data = pairs.load(name, data_dir)
         assert data.kind == kind and len(data) > 500

@@ -5,6 +5,7 @@ Training sets (`load(name, data_dir)`; the name may also be a TSV file of pairs)
     equiv       SNLI dev: premise -> entailment hypothesis, with the contradiction hypothesis of the same premise
                 as its hard negative                                                             (kind "triples")
     sts         STS Benchmark train, gold scores 0-5                                             (kind "scored")
+    caption     Flickr8k train images: captions 1+2 and 3+4 of each image are positive pairs     (kind "pairs")
     <file.tsv>  text1<TAB>text2 ("pairs"), text1<TAB>text2<TAB>number ("scored") or
                 text1<TAB>text2<TAB>hard negative ("triples"), no header
 Validation suite (`validation_sets`), never trained on and disjoint from every STS-8 test sentence:
@@ -24,7 +25,7 @@ from pathlib import Path
 
 from tools import corpus
 
-TRAINING_SETS = ("paraphrase", "equiv", "sts")
+TRAINING_SETS = ("paraphrase", "equiv", "sts", "caption")
 VALIDATION_SNLI_ROWS = 2000
 SNLI_ORDINAL = {"entailment": 2.0, "neutral": 1.0, "contradiction": 0.0}
 
@@ -88,6 +89,19 @@ def _stsb(data_dir, split):
         return [(row[5], row[6], float(row[4])) for row in csv.reader(handle, delimiter="\t", quoting=csv.QUOTE_NONE)]
 
 
+def _flickr8k_train_pairs(data_dir):
+    """Two disjoint caption pairs per Flickr8k train image (captions #0 + #1 and #2 + #3), in file order."""
+    flickr = data_dir / "captions" / "flickr8k"
+    train_images = set((flickr / "Flickr_8k.trainImages.txt").read_text().split())
+    captions = {}
+    for line in (flickr / "Flickr8k.token.txt").read_text(encoding="utf-8").splitlines():
+        key, caption = line.split("\t", 1)
+        image, index = key.split("#")
+        if image in train_images:
+            captions.setdefault(image, {})[index] = caption
+    return [(c[a], c[b]) for c in captions.values() for a, b in (("0", "1"), ("2", "3")) if a in c and b in c]
+
+
 def _snli_triples(rows):
     """(premise, entailment, contradiction) for each premise that has both, the first of each in file order."""
     by_premise = {}
@@ -124,6 +138,9 @@ def load(name, data_dir):
                          _snli_triples(_snli(data_dir, "dev")), forbidden)
     if name == "sts":
         return _filtered(name, "scored", "STS Benchmark train (gold scores)", _stsb(data_dir, "train"), forbidden)
+    if name == "caption":
+        return _filtered(name, "pairs", "Flickr8k train (two captions of one image)", _flickr8k_train_pairs(data_dir),
+                         forbidden)
     path = Path(name)
     if path.suffix == ".tsv":
         if not path.is_file():
