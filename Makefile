@@ -21,7 +21,8 @@ $(STAMP): requirements.txt requirements-models.txt
 	touch $(STAMP)
 
 DEMO := runs/demo
-ARMS := equiv sts paraphrase
+ARMS := equiv sts silver
+ARM_DATA := equiv sts $(DEMO)/amoe/silver/silver.tsv  # the data of each arm; a TSV's arm is named after its stem
 TEACHERS := --encoder teacher:all-mpnet-base-v2 --encoder teacher:all-MiniLM-L6-v2 \
 	--encoder teacher:paraphrase-MiniLM-L3-v2
 
@@ -31,13 +32,14 @@ demo: setup ## build captionbert-8192-v2 with the cpu preset (~1 h 15 min on 2 c
 	HF_HUB_OFFLINE=1 $(PY) -m tools.distill_captionbert --preset cpu --align $(DEMO)/align --out $(DEMO)/distill
 	HF_HUB_OFFLINE=1 $(PY) -m tools.evaluate --data-dir $(DATA_DIR) --out $(DEMO)/eval \
 		--encoder captionbert-8192-v2=$(DEMO)/distill/final $(TEACHERS)
-	for data in $(ARMS); do \
+	HF_HUB_OFFLINE=1 $(PY) -m tools.silver_pairs --extract $(DEMO)/extract --out $(DEMO)/amoe/silver
+	for data in $(ARM_DATA); do \
 		HF_HUB_OFFLINE=1 $(PY) -m tools.train_amoe solo --data $$data --seed 0 --model $(DEMO)/distill/final \
-			--data-dir $(DATA_DIR) --out $(DEMO)/amoe/solo/$$data-seed0 || exit 1; \
+			--data-dir $(DATA_DIR) --out $(DEMO)/amoe/solo/$$(basename $$data .tsv)-seed0 || exit 1; \
 	done
-	for data in $(ARMS); do \
+	for data in $(ARM_DATA); do \
 		HF_HUB_OFFLINE=1 $(PY) -m tools.train_amoe solo --data $$data --seed 1 --no-sts8 --model $(DEMO)/distill/final \
-			--data-dir $(DATA_DIR) --out $(DEMO)/amoe/solo/$$data-seed1 || exit 1; \
+			--data-dir $(DATA_DIR) --out $(DEMO)/amoe/solo/$$(basename $$data .tsv)-seed1 || exit 1; \
 	done
 	HF_HUB_OFFLINE=1 $(PY) -m tools.train_amoe select --solo $(DEMO)/amoe/solo --candidates $(ARMS) \
 		--model $(DEMO)/distill/final --data-dir $(DATA_DIR) --out $(DEMO)/amoe/select
