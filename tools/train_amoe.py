@@ -504,7 +504,7 @@ def select(config):
         dispatch = build_collective(model, members, roster, config.seed, tau)
         if roster == [CONTROL]:  # an inert arm alone: nothing to route, the trunk itself
             record = {"roster": roster, "steps_run": 0, "alarms": [], "stopped": None, "final_routing": None}
-        elif len(roster) == 1:  # a solo arm keeps its solo routing key
+        elif len(roster) == 1 and tau == TAU:  # a solo arm keeps its solo routing key (trained at TAU)
             record = {"roster": roster, "steps_run": 0, "alarms": [], "stopped": None,
                       "final_routing": {"amplitude_budget": members[roster[0]]["metrics"]["history"][-1][
                           "amplitude_budget"]}}
