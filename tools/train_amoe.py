@@ -232,6 +232,12 @@ def batch_loss(model, data, rows, config):
     return loss
 
 
+def optimise(optimizer, loss):
+    optimizer.zero_grad(set_to_none=True)
+    loss.backward()
+    optimizer.step()
+
+
 # ---- routing statistics (forward hooks on the dispatch blocks; observation only) ------------------------------------
 
 class RoutingMonitor:
@@ -316,9 +322,7 @@ def train_solo(config):
         monitor = RoutingMonitor(attached.dispatch)
         for step in tqdm(range(1, config.steps + 1), desc=f"solo {name}"):
             loss = batch_loss(model, data, stream.next_rows(), config)
-            optimizer.zero_grad(set_to_none=True)
-            loss.backward()
-            optimizer.step()
+            optimise(optimizer, loss)
             monitor.end_step()
             if step % config.log_every == 0 or step == config.steps:
                 routing = monitor.summary()
@@ -369,9 +373,7 @@ def train_dispatch(model, arms, streams, dispatch, config, writer=None):
             total = sum(weights.values())
             stream = named[rng.choice(len(named), p=[weights[n] / total for n in named])]
             loss = batch_loss(model, streams[stream], sources[stream].next_rows(), config)
-            optimizer.zero_grad(set_to_none=True)
-            loss.backward()
-            optimizer.step()
+            optimise(optimizer, loss)
             monitor.end_step()
             if step % config.alarm_every == 0 or step == config.steps:
                 routing = monitor.summary()
