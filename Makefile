@@ -26,7 +26,7 @@ ARM_DATA := equiv sts $(DEMO)/amoe/silver/silver.tsv  # the data of each arm; a 
 TEACHERS := --encoder teacher:all-mpnet-base-v2 --encoder teacher:all-MiniLM-L6-v2 \
 	--encoder teacher:paraphrase-MiniLM-L3-v2
 
-demo: setup ## build captionbert-8192-v2 with the cpu preset (~1 h 15 min on 2 cores; rerun resumes) and print its STS-8 row
+demo: setup ## build captionbert-8192-v2 and its AMOE arms with the cpu preset (~3 h on 2 cores; rerun resumes) and print its STS-8 rows
 	HF_HUB_OFFLINE=1 $(PY) -m tools.extract_teachers --data-dir $(DATA_DIR) --out $(DEMO)/extract
 	HF_HUB_OFFLINE=1 $(PY) -m tools.align_teachers --extract $(DEMO)/extract --out $(DEMO)/align
 	HF_HUB_OFFLINE=1 $(PY) -m tools.distill_captionbert --preset cpu --align $(DEMO)/align --out $(DEMO)/distill

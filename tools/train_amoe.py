@@ -536,11 +536,14 @@ def select(config):
     save_dispatch(library / config.collective / "dispatch.safetensors", shipped["dispatch"], trunk_id)
 
     print(f"scoring the shipped collective {shipped['roster']} and its control on STS-8")
-    del model  # the collective is scored through the public API on a freshly loaded trunk
-    model, _ = load_trunk(config)
-    model.attach_amoe(path=library)
-    collective_sts8 = sts8_score(model, config)
-    model.detach_amoe()
+    # Scored from the files just written (format, content and trunk hashes checked on load), through the library
+    # rather than the trunk folder's attach_amoe: a trunk folder may carry older remote code. tools/export_captionbert
+    # checks attach_amoe() on the Hub folder.
+    dispatch, _ = load_dispatch(library / config.collective / "dispatch.safetensors", *shape(model), trunk_id)
+    shipped_arms = {name: load_arm(library / "arms" / f"{name}.safetensors", *shape(model), trunk_id)[0]
+                    for name in dispatch.roster}
+    with Attached(model, shipped_arms, dispatch):
+        collective_sts8 = sts8_score(model, config)
     control_arms = {name: (control_arm if name == CONTROL else members[name]["arm"])
                     for name in shipped["control_roster"]}
     with Attached(model, control_arms, shipped["control_dispatch"]):
