@@ -42,9 +42,8 @@ def _imageinwords(data_dir):
 
 
 def _stsb_train(data_dir):
-    with open(data_dir / "sts" / "STSBenchmark" / "sts-train.csv", encoding="utf-8") as handle:
-        for row in csv.reader(handle, delimiter="\t", quoting=csv.QUOTE_NONE):
-            yield from row[5:7]
+    for first, second, _ in evaluate.stsb_split(data_dir / "sts" / "STSBenchmark", "train"):
+        yield from (first, second)
 
 
 def _mrpc_train(data_dir):

@@ -70,9 +70,10 @@ def _semeval_year(folder, input_glob, gold_name):
     return pairs
 
 
-def _stsb_test(folder):
-    """genre, file, year, id, score, s1, s2 [, source columns]: quoting off, first 7 fields."""
-    with open(folder / "sts-test.csv", encoding="utf-8") as handle:
+def stsb_split(folder, split="test"):
+    """[(s1, s2, score)] of one STS Benchmark split. Rows: genre, file, year, id, score, s1, s2 [, source columns]:
+    quoting off, first 7 fields."""
+    with open(folder / f"sts-{split}.csv", encoding="utf-8") as handle:
         return [(row[5], row[6], float(row[4])) for row in csv.reader(handle, delimiter="\t", quoting=csv.QUOTE_NONE)]
 
 
@@ -96,7 +97,7 @@ def load_task(data_dir, task):
     if task == "STS16":
         return _semeval_year(sts / task, "STS2016.input.*.txt", lambda name: name.replace(".input.", ".gs."))
     if task == "STS-B":
-        return _stsb_test(sts / "STSBenchmark")
+        return stsb_split(sts / "STSBenchmark")
     if task == "SICK-R":
         return _sick_r(sts / "SICK-R")
     if task == "BIOSSES":

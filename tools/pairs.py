@@ -23,7 +23,7 @@ import csv
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from tools import corpus
+from tools import corpus, evaluate
 
 TRAINING_SETS = ("paraphrase", "equiv", "sts", "caption")
 VALIDATION_SNLI_ROWS = 2000
@@ -85,8 +85,7 @@ def _snli(data_dir, split):
 
 
 def _stsb(data_dir, split):
-    with open(data_dir / "sts" / "STSBenchmark" / f"sts-{split}.csv", encoding="utf-8") as handle:
-        return [(row[5], row[6], float(row[4])) for row in csv.reader(handle, delimiter="\t", quoting=csv.QUOTE_NONE)]
+    return evaluate.stsb_split(data_dir / "sts" / "STSBenchmark", split)
 
 
 def _flickr8k_train_pairs(data_dir):
