@@ -5,7 +5,11 @@ import atexit
 import json
 import os
 import shutil
+import signal
+import subprocess
+import sys
 import tempfile
+import time
 from pathlib import Path
 
 os.environ["HF_HUB_OFFLINE"] = "1"
@@ -90,3 +94,29 @@ def caption_sample(data_dir):
     atexit.register(shutil.rmtree, path.parent, ignore_errors=True)
     corpus.write_texts(path, texts)
     return path
+
+
+# ---- running tools in a subprocess (for kill -9 and fresh-process checks) ---------------------------------------
+
+# One thread per process everywhere, so 1-process, 2-process and resumed runs do identical arithmetic.
+ENV = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)}
+
+
+def run_tool(module, *args, **popen):
+    return subprocess.Popen([sys.executable, "-m", f"tools.{module}", *map(str, args)], cwd=ROOT, env=ENV,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, **popen)
+
+
+def finish(process):
+    output, _ = process.communicate(timeout=600)
+    assert process.returncode == 0, output[-3000:]
+    return output
+
+
+def kill_when(process, path):
+    """kill -9 `process` as soon as `path` exists; fails if the process ends first."""
+    while not path.exists():
+        assert process.poll() is None, f"finished before {path} appeared:\n{process.stdout.read()[-2000:]}"
+        time.sleep(0.02)
+    process.send_signal(signal.SIGKILL)
+    process.wait()

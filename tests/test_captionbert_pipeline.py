@@ -3,42 +3,16 @@ export_captionbert, on tiny random teachers and 200 real captions; Procrustes on
 resumption after kill -9; 2-process extraction."""
 
 import json
-import os
-import signal
 import subprocess
 import sys
-import time
 
 import numpy as np
 import pytest
 from safetensors.numpy import load_file
 
-from conftest import ROOT, TINY_CAPTIONBERT, captionbert_copy
+from conftest import ENV, ROOT, TINY_CAPTIONBERT, captionbert_copy, finish, kill_when, run_tool
 from tools import align_teachers, corpus, evaluate
 from tools.extract_teachers import write_shard
-
-# One thread per process everywhere, so 1-process, 2-process and resumed runs do identical arithmetic.
-ENV = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)}
-
-
-def run_tool(module, *args, **popen):
-    return subprocess.Popen([sys.executable, "-m", f"tools.{module}", *map(str, args)], cwd=ROOT, env=ENV,
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, **popen)
-
-
-def finish(process):
-    output, _ = process.communicate(timeout=600)
-    assert process.returncode == 0, output[-3000:]
-    return output
-
-
-def kill_when(process, path):
-    """kill -9 `process` as soon as `path` exists; fails if the process ends first."""
-    while not path.exists():
-        assert process.poll() is None, f"finished before {path} appeared:\n{process.stdout.read()[-2000:]}"
-        time.sleep(0.02)
-    process.send_signal(signal.SIGKILL)
-    process.wait()
 
 
 def shard_bytes(folder):

@@ -1,0 +1,159 @@
+"""The glyph grammar's promises: printing round-trips, rewrites keep the canonical form, mutations change it."""
+
+import re
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from tools.glyph.generate import ClaimGenerator, Lexicon
+from tools.glyph.grammar import (
+    BINARY,
+    POSTFIX,
+    QUANTIFIERS,
+    Atom,
+    Binary,
+    Bottom,
+    GlyphSyntaxError,
+    Not,
+    Post,
+    Quant,
+    canonical,
+    mutations,
+    parse,
+    rewrites,
+    same_meaning,
+    to_text,
+)
+
+LEXICON = Lexicon.load()
+
+atoms = st.sampled_from(["a", "b", "c", "retrieval_layer", "compression", "v5", "signal", "cue", "x"]).map(Atom)
+trees = st.recursive(
+    atoms | st.just(Bottom()),
+    lambda inner: st.one_of(
+        inner.map(Not),
+        st.builds(Post, st.sampled_from(POSTFIX), inner),
+        st.builds(Binary, st.sampled_from(BINARY), inner, inner),
+        st.builds(Quant, st.sampled_from(QUANTIFIERS), st.sampled_from(["x", "y"]), inner),
+    ),
+    max_leaves=8,
+)
+claims = st.integers(0, 2**32 - 1).map(lambda seed: ClaimGenerator(LEXICON, seed).claim())
+
+
+@given(trees, st.booleans())
+def test_parse_of_print_is_identity(tree, spaced):
+    assert parse(to_text(tree, spaced)) == tree
+
+
+@given(trees)
+def test_white_space_carries_no_meaning(tree):
+    text = re.sub(r"([^a-z0-9_])", r"  \1 ", to_text(tree, spaced=False))  # spaces around every symbol
+    assert parse(text) == tree
+
+
+@given(trees)
+def test_canonical_form_is_idempotent(tree):
+    once = canonical(tree, LEXICON.synonyms)
+    assert canonical(once, LEXICON.synonyms) == once
+
+
+@settings(max_examples=200)
+@given(trees)
+def test_a_rewrite_never_changes_the_canonical_form(tree):
+    key = canonical(tree, LEXICON.synonyms)
+    for kind, rewritten in rewrites(tree, LEXICON.synonym_groups):
+        assert canonical(rewritten, LEXICON.synonyms) == key, (kind, to_text(tree), to_text(rewritten))
+
+
+@settings(max_examples=300)
+@given(claims)
+def test_a_mutation_always_changes_the_canonical_form(claim):
+    key = canonical(claim, LEXICON.synonyms)
+    edits = mutations(claim)
+    assert edits
+    for family, mutated in edits:
+        assert canonical(mutated, LEXICON.synonyms) != key, (family, to_text(claim), to_text(mutated))
+
+
+@settings(max_examples=100)
+@given(claims)
+def test_generated_claims_have_every_rewrite_and_mutation_kind_checked(claim):
+    renamed = [tree for kind, tree in rewrites(claim, LEXICON.synonym_groups) if kind == "rename"]
+    assert all(same_meaning(claim, tree, LEXICON.synonyms) for tree in renamed)
+    assert not any(same_meaning(claim, tree, LEXICON.synonyms) for _, tree in mutations(claim))
+
+
+@pytest.mark.parametrize(
+    "a, b, same",
+    [
+        ("a → b", "b ← a", True),
+        ("a → b", "a ← b", False),
+        ("a⇒b", "¬b⇒¬a", True),
+        ("a⇒b", "b⇒a", False),
+        ("a⇒b", "¬a⇒¬b", False),
+        ("¬(a∧b)", "¬a∨¬b", True),
+        ("¬(a∧b)", "¬a∧¬b", False),
+        ("¬¬a↑", "a↑", True),
+        ("a↑", "a↓", False),
+        ("¬a↑", "a↓", False),  # falling is not the negation of rising in this notation
+        ("a≡b", "b≡a", True),
+        ("a↔b", "b↔a", True),
+        ("a↛b", "b↛a", False),
+        ("signal⊕noise", "static⊕cue", True),  # synonyms: cue ~ signal, static ~ noise
+        ("signal⊕noise", "signal⊖noise", False),
+        ("∀x: x∈a ⇒ x↑", "∃x: x∈a ⇒ x↑", False),
+        ("a ⇒ ⊥", "a ⇒ b", False),
+    ],
+)
+def test_meaning_equality_on_known_pairs(a, b, same):
+    assert same_meaning(a, b, LEXICON.synonyms) is same
+
+
+@pytest.mark.parametrize(
+    "text, position, message",
+    [
+        ("a ⇒", 3, "found the end"),
+        ("a ⇒ B", 4, "unknown symbol 'B'"),
+        ("(a ∧ b", 6, "expected ')'"),
+        ("", 0, "empty claim"),
+        ("a b", 2, "expected an operator"),
+        ("∀: a", 1, "variable name"),
+        ("a ⇒ ⇒ b", 4, "expected an atom"),
+    ],
+)
+def test_bad_input_names_the_position(text, position, message):
+    with pytest.raises(GlyphSyntaxError, match=re.escape(message)) as error:
+        parse(text)
+    assert error.value.position == position
+
+
+def test_precedence_of_the_published_examples():
+    tree = parse("v5⊃compression↑ ⇒ compression⊖attribution_edges")
+    assert tree == Binary(
+        "⇒",
+        Binary("⊃", Atom("v5"), Post("↑", Atom("compression"))),
+        Binary("⊖", Atom("compression"), Atom("attribution_edges")),
+    )
+    assert parse("¬a↑") == Not(Post("↑", Atom("a")))
+    assert parse("a∨b∧c") == Binary("∨", Atom("a"), Binary("∧", Atom("b"), Atom("c")))
+
+
+def test_lexicon_split_is_disjoint_by_synonym_group():
+    train, held_out = LEXICON.split(0.2, seed=0)
+    assert set(train.words).isdisjoint(held_out.words)
+    assert set(train.words) | set(held_out.words) == set(LEXICON.words)
+    assert all(set(group) <= set(held_out.words) for group in held_out.groups)
+    assert LEXICON.split(0.2, seed=0) == (train, held_out) != LEXICON.split(0.2, seed=1)
+
+
+def test_generator_is_seeded_and_its_triples_are_checked():
+    first = [ClaimGenerator(LEXICON, 7).triple() for _ in range(3)]
+    assert first == [ClaimGenerator(LEXICON, 7).triple() for _ in range(3)]
+    generator = ClaimGenerator(LEXICON, 3)
+    for _ in range(200):
+        triple = generator.triple()
+        assert same_meaning(triple.anchor, triple.positive, LEXICON.synonyms)
+        assert not same_meaning(triple.anchor, triple.negative, LEXICON.synonyms)
+        assert triple.anchor.replace(" ", "") != triple.positive.replace(" ", "")

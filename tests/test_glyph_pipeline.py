@@ -1,0 +1,163 @@
+"""glyph-embedder-v2's build steps end to end on tiny configurations: corpus and tokenizer, two-stage training
+(resumable after kill -9), the sentence-transformers folder, and the evaluation table's measures."""
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+from safetensors.numpy import load_file
+
+from conftest import finish, kill_when, run_tool
+from tools import build_glyph_corpus, evaluate_glyph, train_glyph
+from tools.build_glyph_corpus import read_triples
+from tools.glyph.generate import Lexicon
+from tools.glyph.grammar import OPERATORS
+
+TINY_CORPUS = ["--train-triples", 600, "--validation-triples", 60, "--test-triples", 300, "--vocab-size", 500]
+TINY_MODEL = ["--hidden-size", 32, "--num-layers", 2, "--num-heads", 2, "--intermediate-size", 64,
+              "--mlm-steps", 12, "--mlm-batch-size", 16, "--contrastive-steps", 12, "--contrastive-batch-size", 16,
+              "--validate-every", 6, "--checkpoint-every", 4, "--log-every", 4]
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory):
+    out = tmp_path_factory.mktemp("glyph") / "corpus"
+    assert build_glyph_corpus.main(["--out", str(out), *map(str, TINY_CORPUS)]) == 0
+    return out
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory, corpus):
+    out = tmp_path_factory.mktemp("glyph") / "train"
+    assert train_glyph.main(["--corpus", str(corpus), "--out", str(out), *map(str, TINY_MODEL)]) == 0
+    return out
+
+
+def words_of(text):
+    return {word for atom in "".join(c if c.isalpha() or c == "_" else " " for c in text).split()
+            for word in atom.split("_")}
+
+
+def test_held_out_words_never_reach_the_corpus_or_the_training_triples(corpus):
+    lexicon = Lexicon.load()
+    train_words, held_out = lexicon.split(0.2, seed=0)
+    corpus_words = set().union(*map(words_of, (corpus / "corpus.txt").read_text().splitlines()))
+    test_words = set().union(*(words_of(t[k]) for t in read_triples(corpus / "test.jsonl")
+                               for k in ("anchor", "positive", "negative")))
+    assert corpus_words - {"x", "y", "z"} <= set(train_words.words)
+    assert test_words - {"x", "y", "z"} <= set(held_out.words)
+    validation = {t["anchor"] for t in read_triples(corpus / "validation.jsonl")}
+    assert validation.isdisjoint((corpus / "corpus.txt").read_text().splitlines())
+
+
+def test_corpus_records_its_counts_and_operator_tokens(corpus):
+    metrics = json.loads((corpus / "metrics.json").read_text())
+    assert metrics["triples"] == {"train": 600, "validation": 60, "test": 300}
+    assert set(metrics["tokenizer"]["operator_token_counts"]) == set(OPERATORS)
+    assert metrics["tokenizer"]["vocab_size"] == 500
+    assert sum(metrics["mutations"]["test"].values()) == 300
+
+
+def test_tokenizer_round_trips_glyph_text_it_never_saw(corpus):
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(corpus / "tokenizer")
+    for text in ["∀x: x∈vaccine ⇒ x↑", "a   ⇒b", "ünïcode_ok ⊕ é", "(¬(a∧b))↓ ∴ ⊥", "🙂 ↛ 日本"]:
+        ids = tokenizer(text)["input_ids"]
+        assert ids[0] == tokenizer.bos_token_id and ids[-1] == tokenizer.eos_token_id
+        assert tokenizer.unk_token_id not in ids  # byte-level: nothing is unknown
+        assert tokenizer.decode(ids, skip_special_tokens=True) == text
+
+
+def test_real_size_model_has_the_published_parameter_count():
+    from transformers import RobertaModel
+
+    class SixThousandTokens:  # the real tokenizer's size and RoBERTa's special ids
+        pad_token_id, bos_token_id, eos_token_id = 1, 0, 2
+
+        def __len__(self):
+            return 6000
+
+    config = train_glyph.Config(corpus=Path("corpus"), out=Path("out"))  # the defaults are the published shape
+    model = RobertaModel(train_glyph.model_config(config, SixThousandTokens()))
+    assert sum(p.numel() for p in model.parameters()) == 6_407_168
+
+
+def test_trained_folder_loads_in_sentence_transformers_and_equals_a_manual_mean_pool(trained, corpus):
+    import torch
+    from sentence_transformers import SentenceTransformer
+    from transformers import AutoModel, AutoTokenizer
+
+    texts = [t["anchor"] for t in read_triples(corpus / "test.jsonl")[:12]]
+    final = trained / "final"
+    assert not list(final.glob("*.py"))  # no custom code anywhere
+    st = SentenceTransformer(str(final), device="cpu")
+    expected = st.encode(texts, convert_to_numpy=True)
+    tokenizer, model = AutoTokenizer.from_pretrained(final), AutoModel.from_pretrained(final).eval()
+    batch = tokenizer(texts, padding=True, return_tensors="pt")
+    with torch.no_grad():
+        states = model(**batch).last_hidden_state
+    mask = batch["attention_mask"].unsqueeze(-1).float()
+    manual = torch.nn.functional.normalize((states * mask).sum(1) / mask.sum(1), dim=-1).numpy()
+    np.testing.assert_allclose(manual, expected, atol=1e-5)
+    assert np.allclose(np.linalg.norm(expected, axis=1), 1, atol=1e-5)
+
+
+def test_training_records_itself(trained):
+    metrics = json.loads((trained / "metrics.json").read_text())
+    assert metrics["mlm"]["steps"] == 12 and metrics["contrastive"]["steps"] == 12
+    assert [p["step"] for p in metrics["history"]["contrastive"]["validation"]] == [6, 12]
+    assert 0 <= metrics["contrastive"]["validation"]["win_rate"] <= 1
+    assert (trained / "training_curve.png").stat().st_size > 0
+    assert list((trained / "tensorboard").iterdir())
+
+
+def test_a_finished_run_is_not_redone_and_another_config_is_refused(trained, corpus, capsys):
+    before = (trained / "final" / "model.safetensors").read_bytes()
+    assert train_glyph.main(["--corpus", str(corpus), "--out", str(trained), *map(str, TINY_MODEL)]) == 0
+    assert "complete" in capsys.readouterr().out
+    assert (trained / "final" / "model.safetensors").read_bytes() == before
+    with pytest.raises(SystemExit, match="another config"):
+        train_glyph.main(["--corpus", str(corpus), "--out", str(trained), *map(str, TINY_MODEL), "--seed", "3"])
+    with pytest.raises(SystemExit, match="has no corpus.txt"):
+        train_glyph.main(["--corpus", str(trained), "--out", str(trained / "other")])
+
+
+def test_training_resumes_exactly_after_kill_in_either_stage(tmp_path, corpus):
+    common = ["--corpus", corpus, *TINY_MODEL]
+    finish(run_tool("train_glyph", "--out", tmp_path / "straight", *common))
+    killed = tmp_path / "killed"
+    kill_when(run_tool("train_glyph", "--out", killed, *common), killed / "checkpoint-mlm.pt")
+    kill_when(run_tool("train_glyph", "--out", killed, *common), killed / "checkpoint-contrastive.pt")
+    output = finish(run_tool("train_glyph", "--out", killed, *common))
+    assert "resuming contrastive" in output and "stage 1" not in output  # the finished stage is not redone
+    straight = load_file(str(tmp_path / "straight" / "final" / "model.safetensors"))
+    resumed = load_file(str(killed / "final" / "model.safetensors"))
+    assert straight.keys() == resumed.keys()
+    for key in straight:
+        np.testing.assert_array_equal(straight[key], resumed[key], err_msg=key)
+
+
+def test_win_rate_and_mrr_on_hand_made_scores():
+    scores = evaluate_glyph.win_rates([0.9, 0.2, 0.5, 0.5], [0.1, 0.3, 0.4, 0.5], ["a", "a", "b", "b"])
+    assert scores["win_rate"] == 0.5  # a tie is a loss
+    assert scores["families"] == {"a": {"win_rate": 0.5, "triples": 2}, "b": {"win_rate": 0.5, "triples": 2}}
+    similarity = np.array([[0.9, 0.1, 0.5, 0.0],   # own item first: rank 1
+                           [0.8, 0.7, 0.9, 0.0],   # two above it: rank 3
+                           [0.0, 0.0, 0.0, 0.0]])  # all tied: ranked below the ties, rank 4
+    assert evaluate_glyph.mrr_at_10(similarity) == pytest.approx((1 + 1 / 3 + 1 / 4) / 3)
+    eleven_above = np.concatenate([[[0.0]], np.ones((1, 11))], axis=1)
+    assert evaluate_glyph.mrr_at_10(eleven_above) == 0.0
+
+
+def test_evaluation_table_has_its_sanity_rows(tmp_path, corpus, trained):
+    out = tmp_path / "eval"
+    assert evaluate_glyph.main(["--corpus", str(corpus), "--out", str(out), "--retrieval-queries", "100",
+                                "--encoder", f"tiny={trained / 'final'}"]) == 0
+    rows = json.loads((out / "metrics.json").read_text())["rows"]
+    assert list(rows) == ["random vectors", "character 3-gram Jaccard", "tiny"]
+    assert 0.4 < rows["random vectors"]["win_rate"] < 0.6  # chance
+    assert rows["character 3-gram Jaccard"]["win_rate"] < 0.05  # a mutation is always closer on the surface
+    assert rows["tiny"]["retrieval_gallery"] == 200
+    assert "| ⇒/⇐ (" in (out / "table.md").read_text()

@@ -1,0 +1,135 @@
+"""Generate glyph-embedder-v2's data from the reference grammar and train its BPE tokenizer on it.
+
+Usage:
+    python -m tools.build_glyph_corpus --out runs/demo/glyph/corpus
+    python -m tools.build_glyph_corpus --out runs/x --train-triples 2000 --test-triples 200 --vocab-size 800
+
+The atom vocabulary (tools/glyph/words.txt) is split by synonym group into training and held-out words. Training
+triples (anchor, paraphrase, mutation) use training atoms only; test triples use held-out atoms only, so evaluation
+strings share no atom word with anything the tokenizer or the model saw. Every triple is checked by the canonical
+form as it is generated (a positive means the same as its anchor, a mutation does not).
+
+The out folder gets: train.jsonl, validation.jsonl (training atoms, not in the corpus) and test.jsonl (one triple
+per line: anchor, positive, negative, rewrites, mutation),
+corpus.txt (every unique training string, one per line: the MLM corpus), tokenizer/ (byte-level BPE trained on
+corpus.txt only, RoBERTa special tokens), metrics.json (counts per rewrite and mutation kind, which operators are
+single tokens) and the run record.
+"""
+
+import argparse
+import dataclasses
+import json
+import sys
+from collections import Counter
+from dataclasses import dataclass
+from pathlib import Path
+
+from tqdm.auto import tqdm
+
+from tools import runs
+from tools.glyph.generate import ClaimGenerator, Lexicon
+from tools.glyph.grammar import OPERATORS
+from tools.glyph.tokenizer import train_tokenizer
+
+
+@dataclass
+class Config:
+    out: Path  # run folder
+    train_triples: int = 40000  # training (anchor, positive, mutation) triples over training atoms
+    validation_triples: int = 1000  # more over training atoms, kept out of the corpus: the training run's monitor
+    test_triples: int = 2000  # evaluation triples over held-out atoms
+    held_out_fraction: float = 0.2  # share of synonym groups whose words only appear in test triples
+    vocab_size: int = 6000  # BPE vocabulary, special tokens included
+    max_length: int = 256  # the tokenizer's model_max_length (the model's positions)
+    seed: int = 0  # the word split and the generators (test triples use seed + 1)
+
+
+def parse_config(argv):
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    for item in dataclasses.fields(Config):
+        flag = "--" + item.name.replace("_", "-")
+        if item.name == "out":
+            parser.add_argument(flag, type=Path, required=True, help="run folder")
+        else:
+            parser.add_argument(flag, type=item.type, default=item.default)
+    config = Config(**vars(parser.parse_args(argv)))
+    if min(config.train_triples, config.validation_triples, config.test_triples) < 1:
+        raise SystemExit("--train-triples, --validation-triples and --test-triples must be positive")
+    if not 0 < config.held_out_fraction < 1:
+        raise SystemExit("--held-out-fraction must be in (0, 1)")
+    return config
+
+
+def generate(lexicon, count, seed, desc):
+    """`count` triples with unique anchors."""
+    generator, triples, anchors = ClaimGenerator(lexicon, seed), [], set()
+    with tqdm(total=count, desc=desc, unit="triple") as bar:
+        while len(triples) < count:
+            triple = generator.triple()
+            if triple.anchor not in anchors:
+                anchors.add(triple.anchor)
+                triples.append(triple)
+                bar.update()
+    return triples
+
+
+def write_triples(path, triples):
+    with path.open("w") as handle:
+        for triple in triples:
+            handle.write(json.dumps(dataclasses.asdict(triple), ensure_ascii=False) + "\n")
+
+
+def read_triples(path):
+    """The triples of a train.jsonl / test.jsonl as dicts."""
+    return [json.loads(line) for line in Path(path).read_text().splitlines()]
+
+
+def operator_token_counts(tokenizer):
+    """{operator: how many tokens it takes written alone} for every operator symbol."""
+    return {op: len(tokenizer.tokenize(op)) for op in OPERATORS}
+
+
+def main(argv=None):
+    config = parse_config(argv)
+    lexicon = Lexicon.load()
+    train_words, test_words = lexicon.split(config.held_out_fraction, config.seed)
+    with runs.RunRecord(config.out, config, "build_glyph_corpus"):
+        train = generate(train_words, config.train_triples + config.validation_triples, config.seed, "train triples")
+        train, validation = train[:config.train_triples], train[config.train_triples:]
+        test = generate(test_words, config.test_triples, config.seed + 1, "test triples")
+        write_triples(config.out / "train.jsonl", train)
+        write_triples(config.out / "validation.jsonl", validation)
+        write_triples(config.out / "test.jsonl", test)
+        corpus = sorted({text for t in train for text in (t.anchor, t.positive, t.negative)})
+        (config.out / "corpus.txt").write_text("\n".join(corpus) + "\n")
+
+        tokenizer = train_tokenizer(corpus, config.vocab_size, config.max_length)
+        tokenizer.save_pretrained(config.out / "tokenizer")
+        operators = operator_token_counts(tokenizer)
+        lengths = [len(ids) for ids in tokenizer(corpus)["input_ids"]]
+        metrics = {
+            "words": {"train": len(train_words.words), "held_out": len(test_words.words),
+                      "held_out_groups": len(test_words.groups)},
+            "triples": {"train": len(train), "validation": len(validation), "test": len(test)},
+            "corpus_strings": len(corpus),
+            "rewrites": {name: dict(Counter(k for t in rows for k in t.rewrites).most_common())
+                         for name, rows in (("train", train), ("test", test))},
+            "mutations": {name: dict(Counter(t.mutation for t in rows).most_common())
+                          for name, rows in (("train", train), ("test", test))},
+            "tokenizer": {"vocab_size": len(tokenizer), "max_tokens": max(lengths),
+                          "mean_tokens": round(sum(lengths) / len(lengths), 2),
+                          "single_token_operators": sum(count == 1 for count in operators.values()),
+                          "operators": len(operators), "operator_token_counts": operators},
+        }
+        if max(lengths) > config.max_length:
+            raise SystemExit(f"a corpus string has {max(lengths)} tokens, more than the model's {config.max_length}")
+        runs.write_json(config.out / "metrics.json", metrics)
+    split = [op for op, count in operators.items() if count > 1]
+    print(f"{len(train)} train / {len(test)} test triples, {len(corpus)} corpus strings; tokenizer of "
+          f"{len(tokenizer)}: {metrics['tokenizer']['single_token_operators']} of {len(operators)} operators are "
+          f"single tokens (split: {' '.join(split) or 'none'}); wrote {config.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

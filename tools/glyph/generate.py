@@ -1,0 +1,169 @@
+"""Seeded generation of glyph claims, paraphrase pairs and mutation triples over an English-word atom vocabulary.
+
+Every pair this module returns is checked by the canonical form: a positive means the same as its anchor, a mutation
+does not. Atoms are one or two words of `words.txt` joined by '_'; the vocabulary is split by synonym group into
+training and held-out words, so evaluation strings share no atom word with training strings.
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass
+from functools import cached_property
+from pathlib import Path
+
+from tools.glyph.grammar import (
+    LEVELS,
+    POSTFIX,
+    QUANTIFIERS,
+    Atom,
+    Binary,
+    Bottom,
+    Node,
+    Not,
+    Post,
+    Quant,
+    canonical,
+    mutations,
+    random_edit,
+    rewrites,
+    to_text,
+)
+
+WORDS = Path(__file__).with_name("words.txt")
+CHAIN_OPS = LEVELS[0]  # the loosest operators: implication and causal arrows join a claim's two sides
+TERM_OPS = LEVELS[1] + LEVELS[2] + LEVELS[3]  # ∨ ∧ and the relations build the sides
+VARIABLES = ("x", "y", "z")
+
+
+@dataclass(frozen=True)
+class Lexicon:
+    """Synonym groups of English words; the first word of a group is its canonical name."""
+
+    groups: tuple[tuple[str, ...], ...]
+
+    @classmethod
+    def load(cls, path: Path = WORDS) -> Lexicon:
+        groups = tuple(
+            tuple(line.split()) for line in path.read_text().splitlines() if line.strip() and not line.startswith("#")
+        )
+        words = [word for group in groups for word in group]
+        repeated = sorted({word for word in words if words.count(word) > 1})
+        if repeated:
+            raise ValueError(f"{path}: words in more than one synonym group: {repeated}")
+        bad = [word for word in words if not word.isalpha() or not word.islower() or word in VARIABLES]
+        if bad:
+            raise ValueError(f"{path}: atom words must be lower-case letters only: {bad}")
+        return cls(groups)
+
+    @cached_property
+    def words(self) -> tuple[str, ...]:
+        return tuple(word for group in self.groups for word in group)
+
+    @cached_property
+    def synonyms(self) -> dict[str, str]:
+        """word -> its group's canonical name (what `grammar.canonical` takes)."""
+        return {word: group[0] for group in self.groups for word in group}
+
+    @cached_property
+    def synonym_groups(self) -> dict[str, tuple[str, ...]]:
+        """word -> every word of its group (what `grammar.rewrites` takes for renames)."""
+        return {word: group for group in self.groups for word in group}
+
+    def split(self, held_out_fraction: float, seed: int) -> tuple[Lexicon, Lexicon]:
+        """(training, held-out) lexicons with disjoint synonym groups."""
+        if not 0 < held_out_fraction < 1:
+            raise ValueError(f"held_out_fraction must be in (0, 1), got {held_out_fraction}")
+        order = list(self.groups)
+        random.Random(seed).shuffle(order)
+        cut = max(1, round(len(order) * held_out_fraction))
+        return Lexicon(tuple(sorted(order[cut:]))), Lexicon(tuple(sorted(order[:cut])))
+
+
+@dataclass(frozen=True)
+class Triple:
+    anchor: str
+    positive: str
+    negative: str
+    rewrites: tuple[str, ...]  # the rewrite kinds that made the positive, in order
+    mutation: str  # the mutation family that made the negative (e.g. '⇒/⇐', '¬ insert')
+
+
+class ClaimGenerator:
+    """Random claims over one lexicon. Atoms within a claim are distinct, so no relation links a thing to itself
+    (which would make a mirror swap meaningless)."""
+
+    def __init__(self, lexicon: Lexicon, seed: int):
+        self.lexicon, self.rng = lexicon, random.Random(seed)
+
+    def atoms(self, count: int) -> list[Atom]:
+        names: set[str] = set()
+        while len(names) < count:
+            words = self.rng.sample(self.lexicon.words, self.rng.choice((1, 2, 2)))
+            names.add("_".join(words))
+        return [Atom(name) for name in self.rng.sample(sorted(names), count)]
+
+    def leaf(self, atom: Node) -> Node:
+        roll = self.rng.random()
+        if roll < 0.3:
+            return Post(self.rng.choice(POSTFIX), atom)
+        if roll < 0.42:
+            return Not(atom)
+        return atom
+
+    def side(self, atoms: list[Atom]) -> Node:
+        """One side of a claim: a leaf, or two leaves joined by a term operator, sometimes negated or nested."""
+        if len(atoms) == 1:
+            return self.leaf(atoms[0])
+        left, right = self.side(atoms[: len(atoms) // 2]), self.side(atoms[len(atoms) // 2:])
+        node = Binary(self.rng.choice(TERM_OPS), left, right)
+        roll = self.rng.random()
+        if roll < 0.12:
+            return Not(node)
+        if roll < 0.2:
+            return Post(self.rng.choice(POSTFIX), node)
+        return node
+
+    def claim(self) -> Node:
+        shape = self.rng.random()
+        if shape < 0.1:  # a quantified rule: ∀x: x∈set ⇒ x↑
+            var, (kind, effect) = Atom(self.rng.choice(VARIABLES)), self.atoms(2)
+            member = Binary(self.rng.choice(("∈", "∉")), var, kind)
+            body = Binary(self.rng.choice(CHAIN_OPS), member, self.rng.choice((Post(self.rng.choice(POSTFIX), var),
+                                                                               Binary("⊃", var, effect))))
+            return Quant(self.rng.choice(QUANTIFIERS), var.name, body)
+        if shape < 0.15:  # a contradiction rule: a∧¬b ⇒ ⊥
+            first, second = self.atoms(2)
+            return Binary(self.rng.choice(("⇒", "→", "⊢")), Binary("∧", first, Not(second)), Bottom())
+        if shape < 0.3:  # a bare relation
+            return self.side(self.atoms(2))
+        atoms = self.atoms(self.rng.choice((2, 3, 3, 4, 4, 5)))
+        cut = self.rng.randint(1, len(atoms) - 1)
+        return Binary(self.rng.choice(CHAIN_OPS), self.side(atoms[:cut]), self.side(atoms[cut:]))
+
+    def text(self, node: Node) -> str:
+        """Print with a random spacing style (white space carries no meaning, so it must not be a cue)."""
+        return to_text(node, spaced=self.rng.random() < 0.7)
+
+    def triple(self) -> Triple:
+        """An anchor, a paraphrase of it and a one-edit mutation of it, all checked by the canonical form.
+
+        The paraphrase renames one atom word to a synonym and applies one or two other rewrites, so it is further
+        from the anchor on the surface than the mutation is (character 3-gram Jaccard scores near 0 on the triples):
+        only meaning can tell them apart.
+        """
+        while True:
+            anchor = self.claim()
+            key = canonical(anchor, self.lexicon.synonyms)
+            kind, positive = random_edit(
+                [edit for edit in rewrites(anchor, self.lexicon.synonym_groups) if edit[0] == "rename"], self.rng)
+            kinds = [kind]
+            for _ in range(self.rng.choice((1, 2))):
+                kind, positive = random_edit([edit for edit in rewrites(positive) if edit[0] != "rename"], self.rng)
+                kinds.append(kind)
+            if canonical(positive, self.lexicon.synonyms) != key:
+                raise AssertionError(f"a rewrite changed the meaning: {to_text(anchor)} -> {to_text(positive)}")
+            family, negative = random_edit(mutations(anchor), self.rng)
+            if canonical(negative, self.lexicon.synonyms) == key:
+                raise AssertionError(f"a mutation kept the meaning: {to_text(anchor)} -> {to_text(negative)}")
+            return Triple(self.text(anchor), self.text(positive), self.text(negative), tuple(kinds), family)
