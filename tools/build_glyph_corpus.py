@@ -38,7 +38,8 @@ class Config:
     train_triples: int = 40000  # training (anchor, positive, mutation) triples over training atoms
     validation_triples: int = 1000  # more over training atoms, kept out of the corpus: the training run's monitor
     test_triples: int = 2000  # evaluation triples over held-out atoms
-    held_out_fraction: float = 0.2  # share of synonym groups whose words only appear in test triples
+    extra_words: int = 2000  # common English words (one-word groups) added to the synonym groups of words.txt
+    held_out_fraction: float = 0.2  # share of word groups whose words only appear in test triples
     vocab_size: int = 6000  # BPE vocabulary, special tokens included
     max_length: int = 256  # the tokenizer's model_max_length (the model's positions)
     seed: int = 0  # the word split and the generators (test triples use seed + 1)
@@ -91,7 +92,7 @@ def operator_token_counts(tokenizer):
 
 def main(argv=None):
     config = parse_config(argv)
-    lexicon = Lexicon.load()
+    lexicon = Lexicon.load(extra_words=config.extra_words)
     train_words, test_words = lexicon.split(config.held_out_fraction, config.seed)
     with runs.RunRecord(config.out, config, "build_glyph_corpus"):
         train = generate(train_words, config.train_triples + config.validation_triples, config.seed, "train triples")

@@ -1,7 +1,9 @@
 """Seeded generation of glyph claims, paraphrase pairs and mutation triples over an English-word atom vocabulary.
 
 Every pair this module returns is checked by the canonical form: a positive means the same as its anchor, a mutation
-does not. Atoms are one or two words of `words.txt` joined by '_'; the vocabulary is split by synonym group into
+does not. Atoms are one or two English words joined by '_': the synonym groups of `words.txt` (which renames draw
+on) plus, as one-word groups, common whole words of bert-base-uncased's vocabulary (from the installed
+all-MiniLM-L6-v2 package), which give the corpus a realistic spread of names. The vocabulary is split by group into
 training and held-out words, so evaluation strings share no atom word with training strings.
 """
 
@@ -43,10 +45,14 @@ class Lexicon:
     groups: tuple[tuple[str, ...], ...]
 
     @classmethod
-    def load(cls, path: Path = WORDS) -> Lexicon:
+    def load(cls, path: Path = WORDS, extra_words: int = 0) -> Lexicon:
+        """The synonym groups of `path`, plus `extra_words` common English words as one-word groups."""
         groups = tuple(
             tuple(line.split()) for line in path.read_text().splitlines() if line.strip() and not line.startswith("#")
         )
+        if extra_words:
+            listed = {word for group in groups for word in group}
+            groups += tuple((word,) for word in common_english_words(extra_words, exclude=listed))
         words = [word for group in groups for word in group]
         repeated = sorted({word for word in words if words.count(word) > 1})
         if repeated:
@@ -66,6 +72,11 @@ class Lexicon:
         return {word: group[0] for group in self.groups for word in group}
 
     @cached_property
+    def renamable(self) -> tuple[str, ...]:
+        """Words with at least one synonym."""
+        return tuple(word for group in self.groups if len(group) > 1 for word in group)
+
+    @cached_property
     def synonym_groups(self) -> dict[str, tuple[str, ...]]:
         """word -> every word of its group (what `grammar.rewrites` takes for renames)."""
         return {word: group for group in self.groups for word in group}
@@ -78,6 +89,19 @@ class Lexicon:
         random.Random(seed).shuffle(order)
         cut = max(1, round(len(order) * held_out_fraction))
         return Lexicon(tuple(sorted(order[cut:]))), Lexicon(tuple(sorted(order[:cut])))
+
+
+def common_english_words(count: int, exclude: set[str]) -> list[str]:
+    """`count` whole lower-case words (3-12 letters) from bert-base-uncased's vocabulary, in its order, skipping
+    the first 300 words after the specials (function words such as 'the', 'which')."""
+    from tools import teachers
+
+    vocabulary = (teachers.minilm_l6_folder() / "vocab.txt").read_text().splitlines()
+    candidates = [token for token in vocabulary[1996 + 300:] if token.isascii() and token.isalpha()
+                  and token.islower() and 3 <= len(token) <= 12 and token not in exclude and token not in VARIABLES]
+    if len(candidates) < count:
+        raise ValueError(f"the vocabulary has only {len(candidates)} candidate words, {count} asked for")
+    return candidates[:count]
 
 
 @dataclass(frozen=True)
@@ -97,11 +121,16 @@ class ClaimGenerator:
         self.lexicon, self.rng = lexicon, random.Random(seed)
 
     def atoms(self, count: int) -> list[Atom]:
-        names: set[str] = set()
-        while len(names) < count:
-            words = self.rng.sample(self.lexicon.words, self.rng.choice((1, 2, 2)))
-            names.add("_".join(words))
-        return [Atom(name) for name in self.rng.sample(sorted(names), count)]
+        """`count` atoms distinct even after synonym renaming; the first word of the first one has a synonym, so
+        every claim can be renamed."""
+        first = self.rng.choice(self.lexicon.renamable)
+        words = [[first] + self.rng.sample(self.lexicon.words, self.rng.choice((0, 1, 1)))]
+        while len(words) < count:
+            words.append(self.rng.sample(self.lexicon.words, self.rng.choice((1, 2, 2))))
+            meanings = [tuple(self.lexicon.synonyms[word] for word in atom) for atom in words]
+            if len(set(meanings)) < len(meanings):
+                words.pop()
+        return [Atom("_".join(atom)) for atom in self.rng.sample(words, count)]
 
     def leaf(self, atom: Node) -> Node:
         roll = self.rng.random()
@@ -155,8 +184,10 @@ class ClaimGenerator:
         while True:
             anchor = self.claim()
             key = canonical(anchor, self.lexicon.synonyms)
-            kind, positive = random_edit(
-                [edit for edit in rewrites(anchor, self.lexicon.synonym_groups) if edit[0] == "rename"], self.rng)
+            renames = [edit for edit in rewrites(anchor, self.lexicon.synonym_groups) if edit[0] == "rename"]
+            if not renames:  # a quantified rule may leave the renamable atom out
+                continue
+            kind, positive = random_edit(renames, self.rng)
             kinds = [kind]
             for _ in range(self.rng.choice((1, 2))):
                 kind, positive = random_edit([edit for edit in rewrites(positive) if edit[0] != "rename"], self.rng)
