@@ -26,7 +26,7 @@ ARM_DATA := equiv sts $(DEMO)/amoe/silver/silver.tsv  # the data of each arm; a 
 TEACHERS := --encoder teacher:all-mpnet-base-v2 --encoder teacher:all-MiniLM-L6-v2 \
 	--encoder teacher:paraphrase-MiniLM-L3-v2
 
-demo: setup ## build captionbert-8192-v2 and its AMOE arms with the cpu preset (~3 h on 2 cores; rerun resumes) and print its STS-8 rows
+demo: setup ## build captionbert-8192-v2 + AMOE arms and glyph-embedder-v2 (cpu presets, ~4 h on 2 cores; rerun resumes), print their tables
 	HF_HUB_OFFLINE=1 $(PY) -m tools.extract_teachers --data-dir $(DATA_DIR) --out $(DEMO)/extract
 	HF_HUB_OFFLINE=1 $(PY) -m tools.align_teachers --extract $(DEMO)/extract --out $(DEMO)/align
 	HF_HUB_OFFLINE=1 $(PY) -m tools.distill_captionbert --preset cpu --align $(DEMO)/align --out $(DEMO)/distill
@@ -45,6 +45,12 @@ demo: setup ## build captionbert-8192-v2 and its AMOE arms with the cpu preset (
 		--model $(DEMO)/distill/final --data-dir $(DATA_DIR) --out $(DEMO)/amoe/select
 	HF_HUB_OFFLINE=1 $(PY) -m tools.export_captionbert --extract $(DEMO)/extract --align $(DEMO)/align \
 		--distill $(DEMO)/distill --eval $(DEMO)/eval --amoe $(DEMO)/amoe/select
+	$(PY) -m tools.build_glyph_corpus --out $(DEMO)/glyph/corpus
+	$(PY) -m tools.train_glyph --corpus $(DEMO)/glyph/corpus --out $(DEMO)/glyph/train
+	HF_HUB_OFFLINE=1 $(PY) -m tools.evaluate_glyph --corpus $(DEMO)/glyph/corpus --out $(DEMO)/glyph/eval \
+		--encoder glyph-embedder-v2=$(DEMO)/glyph/train/final --encoder teacher:all-MiniLM-L6-v2
+	HF_HUB_OFFLINE=1 $(PY) -m tools.export_glyph --corpus $(DEMO)/glyph/corpus --train $(DEMO)/glyph/train \
+		--eval $(DEMO)/glyph/eval --out $(DEMO)/glyph/export
 
 test: setup ## run the test suite
 	HF_HUB_OFFLINE=1 $(PY) -m pytest

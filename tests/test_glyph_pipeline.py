@@ -161,3 +161,41 @@ def test_evaluation_table_has_its_sanity_rows(tmp_path, corpus, trained):
     assert rows["character 3-gram Jaccard"]["win_rate"] < 0.05  # a mutation is always closer on the surface
     assert rows["tiny"]["retrieval_gallery"] == 200
     assert "| ⇒/⇐ (" in (out / "table.md").read_text()
+
+
+def test_corpus_is_not_rebuilt_and_other_options_are_refused(corpus, capsys):
+    before = (corpus / "train.jsonl").stat().st_mtime_ns
+    assert build_glyph_corpus.main(["--out", str(corpus), *map(str, TINY_CORPUS)]) == 0
+    assert "complete" in capsys.readouterr().out and (corpus / "train.jsonl").stat().st_mtime_ns == before
+    with pytest.raises(SystemExit, match="other options"):
+        build_glyph_corpus.main(["--out", str(corpus), *map(str, TINY_CORPUS), "--seed", "5"])
+
+
+def test_export_fills_a_folder_that_loads_without_custom_code_and_in_llama_cpp(tmp_path, corpus, trained):
+    from tools import export_glyph
+
+    evaluation, hub = tmp_path / "eval", tmp_path / "glyph-embedder-v2"
+    assert evaluate_glyph.main(["--corpus", str(corpus), "--out", str(evaluation), "--retrieval-queries", "50",
+                                "--encoder", f"glyph-embedder-v2={trained / 'final'}"]) == 0
+    assert export_glyph.main(["--corpus", str(corpus), "--train", str(trained), "--eval", str(evaluation),
+                              "--out", str(tmp_path / "export"), "--to", str(hub), "--parity-strings", "40"]) == 0
+    record = json.loads((tmp_path / "export" / "metrics.json").read_text())
+    for dtype in ("f32", "f16"):
+        assert (hub / f"glyph-embedder-v2-{dtype}.gguf").is_file()
+        assert record["gguf"][dtype]["tokens_identical"] == 40 and record["gguf"][dtype]["min_cosine"] >= 0.999
+    card = (hub / "README.md").read_text()
+    rows = json.loads((evaluation / "metrics.json").read_text())["rows"]
+    assert f"| glyph-embedder-v2 | {rows['glyph-embedder-v2']['win_rate']:.3f} |" in card
+    assert "library_name: sentence-transformers" in card and "(training_curve.png)" in card
+    assert (hub / "training_curve.png").is_file() and not list(hub.glob("*.py"))
+
+
+def test_export_refuses_an_evaluation_of_other_weights(tmp_path, corpus, trained):
+    from tools import export_glyph
+
+    evaluation = tmp_path / "eval"
+    assert evaluate_glyph.main(["--corpus", str(corpus), "--out", str(evaluation), "--retrieval-queries", "50",
+                                "--encoder", "glyph-embedder-v2=teacher:all-MiniLM-L6-v2"]) == 0
+    with pytest.raises(SystemExit, match="scored other weights"):
+        export_glyph.main(["--corpus", str(corpus), "--train", str(trained), "--eval", str(evaluation),
+                           "--out", str(tmp_path / "export"), "--to", str(tmp_path / "hub")])

@@ -92,6 +92,11 @@ def operator_token_counts(tokenizer):
 
 def main(argv=None):
     config = parse_config(argv)
+    if (config.out / "metrics.json").exists():
+        if runs.read_json(config.out / "config.json") != json.loads(json.dumps(dataclasses.asdict(config), default=str)):
+            raise SystemExit(f"{config.out} holds a corpus built with other options; use a new --out")
+        print(f"{config.out} is complete (metrics.json); nothing to do")
+        return 0
     lexicon = Lexicon.load(extra_words=config.extra_words)
     train_words, test_words = lexicon.split(config.held_out_fraction, config.seed)
     with runs.RunRecord(config.out, config, "build_glyph_corpus"):
