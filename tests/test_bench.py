@@ -8,7 +8,8 @@ from tools import bench
 
 def test_bench_tiny_run_writes_finite_positive_ratios(tmp_path, data_dir):
     argv = ["--captions", "16", "--batch-size", "8", "--repeats", "1", "--long-tokens", "256", "--peak-size", "256",
-            "--corpus-texts", "32", "--train-steps", "1", "--tiny", "--data-dir", str(data_dir), "--out", str(tmp_path)]
+            "--corpus-texts", "32", "--train-steps", "1", "--tiny", "--glyph-texts", "24", "--data-dir", str(data_dir),
+            "--out", str(tmp_path)]
     assert bench.main(argv) == 0
 
     (folder,) = (tmp_path / "bench").iterdir()
@@ -17,7 +18,7 @@ def test_bench_tiny_run_writes_finite_positive_ratios(tmp_path, data_dir):
     assert report["bert_attn_implementation"] == "sdpa"
     assert report["captions"]["count"] == 16
     rows = report["rows"]
-    assert len(rows) == 15
+    assert len(rows) == 17
     for row in rows:
         for key in ("ours", "reference", "ratio"):
             assert math.isfinite(row[key]) and row[key] > 0, (row["name"], key, row[key])
@@ -30,3 +31,4 @@ def test_bench_tiny_run_writes_finite_positive_ratios(tmp_path, data_dir):
         assert all(len(seconds) == 1 for seconds in report["seconds"][stage].values())
     assert report["corpus_sample"]["count"] == 32
     assert report["amoe"] == {"arms": 3, "off_equals_bare": True, "on_differs_from_bare": True}
+    assert set(report["seconds"]["glyph"]) == {"pytorch fp32", "gguf f32", "gguf f16"}

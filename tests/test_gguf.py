@@ -143,7 +143,8 @@ def test_embeddings_match_pytorch(tiny_roberta, llamas, dtype):
     batch = export_gguf.llama_embed(llamas[dtype], HELD_OUT)
     single = np.concatenate([export_gguf.llama_embed(llamas[dtype], [text]) for text in HELD_OUT])
     cosines = (batch * reference).sum(1)
-    print(f"{dtype}: llama.cpp vs PyTorch, 1 - cosine max {1 - cosines.min():.2e}, batch vs single {1 - (batch * single).sum(1).min():.2e}")
+    print(f"{dtype}: llama.cpp vs PyTorch, 1 - cosine max {1 - cosines.min():.2e}, "
+          f"batch vs single {1 - (batch * single).sum(1).min():.2e}")
     assert cosines.min() >= COSINE[dtype], dict(zip(HELD_OUT, cosines.round(6)))
     assert np.allclose(np.linalg.norm(batch, axis=1), 1, atol=1e-5)
     assert (batch * single).sum(1).min() >= SAME  # packing sequences into one batch changes nothing
@@ -201,7 +202,8 @@ def test_not_roberta_is_refused(tiny_roberta, tmp_path):
 def test_main_end_to_end(tiny_roberta, tmp_path, capsys):
     folder, _ = tiny_roberta
     out = tmp_path / "sub" / "tiny.gguf"
-    assert export_gguf.main(["--model", str(folder), "--out", str(out), "--dtype", "f16", "--check", *HELD_OUT[:3]]) == 0
+    assert export_gguf.main(["--model", str(folder), "--out", str(out), "--dtype", "f16",
+                             "--check", *HELD_OUT[:3]]) == 0
     printed = capsys.readouterr().out
     assert out.is_file() and not list(out.parent.glob("*.partial")) and "f16" in printed
     assert printed.count("tokens identical") == 3

@@ -24,13 +24,16 @@ captions, tokenized by captionbert's tokenizer. One run measures:
      with non-zero outputs, written as arm files; speed does not depend on the weights) vs the bare trunk, fp32 and
      bf16. Target <= 1.15x the bare latency. With every arm off (amoe_off) the embeddings must equal the bare
      trunk's bit for bit (target: equal), and its latency is reported beside.
+  7. glyph-embedder-v2: embeddings per second of its GGUF in llama.cpp (llama-cpp-python; f32 and f16) vs PyTorch
+     fp32 (RobertaModel + masked mean pool, batches of --batch-size) on the same generated glyph strings, a random
+     model of the published shape with a BPE tokenizer trained on those strings. Reported, no target.
 
 The table and report.json (with the raw timings) go to runs/bench/<timestamp>/ beside config.json and run.json.
 
 Usage:
     python -m tools.bench                                                   # the full run, a few minutes
-    python -m tools.bench --captions 16 --repeats 1 --long-tokens 256 --corpus-texts 32 --train-steps 1 --tiny
-                                                                            # seconds: small shape, smoke test
+    python -m tools.bench --captions 16 --repeats 1 --long-tokens 256 --corpus-texts 32 --train-steps 1 --tiny \\
+        --glyph-texts 32                                                    # seconds: small shape, smoke test
 """
 
 import argparse
@@ -58,7 +61,7 @@ from transformers import AutoConfig, AutoModel, AutoTokenizer, BertConfig, BertM
 
 from shared_modeling.amoe import Arm, Dispatch, save_arm, save_dispatch, trunk_hash
 from shared_modeling.pooling import l2_normalize, masked_mean_pool
-from tools import corpus, distill_captionbert, encoders, runs
+from tools import corpus, distill_captionbert, encoders, export_gguf, runs
 
 ROOT = Path(__file__).resolve().parent.parent
 CAPTIONBERT = ROOT / "captionbert-8192-v2"
@@ -84,6 +87,7 @@ class Config:
     corpus_texts: int = 1024  # texts sampled (seeded) from the default corpus for measurements 4 and 5
     train_steps: int = 4  # training steps per timed repeat in measurement 5
     arms: int = 3  # arms in the collective of measurement 6
+    glyph_texts: int = 1024  # generated glyph strings embedded in measurement 7
     seed: int = 0  # caption sample, weights and the long input
 
 
@@ -189,6 +193,28 @@ def write_random_collective(folder, model, arms, seed):
     save_dispatch(folder / "collective" / "dispatch.safetensors", Dispatch(roster, hidden, blocks, seed), identity)
 
 
+def build_glyph(folder, config):
+    """(texts, model): seeded glyph strings and a random RobertaModel of glyph-embedder-v2's shape (small with
+    --tiny) saved in `folder` with a BPE tokenizer trained on those strings."""
+    from transformers import RobertaModel
+
+    from tools.glyph.generate import ClaimGenerator, Lexicon
+    from tools.glyph.grammar import to_text
+    from tools.glyph.tokenizer import train_tokenizer
+    from tools.train_glyph import Config as GlyphConfig
+    from tools.train_glyph import model_config
+
+    generator = ClaimGenerator(Lexicon.load(), config.seed)
+    texts = [to_text(generator.claim()) for _ in range(config.glyph_texts)]
+    tokenizer = train_tokenizer(texts, vocab_size=6000)
+    shape = {"hidden_size": 32, "num_layers": 2, "num_heads": 2, "intermediate_size": 64} if config.tiny else {}
+    torch.manual_seed(config.seed)
+    model = RobertaModel(model_config(GlyphConfig(corpus=folder, out=folder, **shape), tokenizer)).eval()
+    model.save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    return texts, model
+
+
 def row(name, unit, ours, reference, ratio, target=None):
     """One line of the table; target is (">=" or "<=", threshold) or None."""
     met = None if target is None else {">=": operator.ge, "<=": operator.le}[target[0]](ratio, target[1])
@@ -209,6 +235,7 @@ def main(argv=None):
     parser.add_argument("--corpus-texts", type=int, default=Config.corpus_texts, help="corpus sample (4, 5)")
     parser.add_argument("--train-steps", type=int, default=Config.train_steps, help="steps per repeat (5)")
     parser.add_argument("--arms", type=int, default=Config.arms, help="arms in the collective (6)")
+    parser.add_argument("--glyph-texts", type=int, default=Config.glyph_texts, help="glyph strings embedded (7)")
     parser.add_argument("--seed", type=int, default=Config.seed, help="sample, weights and long input")
     config = Config(**vars(parser.parse_args(argv)))
     torch.set_num_threads(os.cpu_count())
@@ -367,6 +394,27 @@ def main(argv=None):
         rows.append(row("(6) fp32 embeddings, every arm off vs bare trunk: equal", "bool",
                         float(report["amoe"]["off_equals_bare"]), 1.0, float(report["amoe"]["off_equals_bare"]),
                         (">=", 1.0)))
+        # ---- 7: glyph-embedder-v2 through llama.cpp (GGUF f32, f16) vs PyTorch fp32 --------------------------------
+        with tempfile.TemporaryDirectory() as folder:
+            glyph_texts, glyph_model = build_glyph(Path(folder), config)
+            glyph_tokenizer = AutoTokenizer.from_pretrained(folder)
+
+            def torch_glyph():
+                for start in range(0, len(glyph_texts), size):
+                    batch = glyph_tokenizer(glyph_texts[start:start + size], padding=True, return_tensors="pt")
+                    l2_normalize(masked_mean_pool(glyph_model(**batch).last_hidden_state, batch["attention_mask"]))
+
+            contenders = {"pytorch fp32": in_dtype(torch_glyph, "fp32")}
+            for dtype in ("f32", "f16"):
+                llm = export_gguf.load_llama(export_gguf.export_gguf(folder, Path(folder) / f"{dtype}.gguf", dtype))
+                contenders[f"gguf {dtype}"] = lambda llm=llm: export_gguf.llama_embed(llm, glyph_texts)
+            glyph = race(contenders, config.repeats, "glyph embeddings")
+        report["seconds"]["glyph"] = glyph
+        reference = len(glyph_texts) / statistics.median(glyph["pytorch fp32"])
+        for dtype in ("f32", "f16"):
+            ours = len(glyph_texts) / statistics.median(glyph[f"gguf {dtype}"])
+            rows.append(row(f"(7) glyph: llama.cpp GGUF {dtype} vs PyTorch fp32 (throughput)", "emb/s", ours,
+                            reference, ours / reference))
         report.update(long_input=long, load_average_at_end=os.getloadavg(), rows=rows)
 
         # ---- report ----------------------------------------------------------------------------------------------

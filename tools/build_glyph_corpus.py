@@ -93,7 +93,7 @@ def operator_token_counts(tokenizer):
 def main(argv=None):
     config = parse_config(argv)
     if (config.out / "metrics.json").exists():
-        if runs.read_json(config.out / "config.json") != json.loads(json.dumps(dataclasses.asdict(config), default=str)):
+        if not runs.records_config(config.out, config):
             raise SystemExit(f"{config.out} holds a corpus built with other options; use a new --out")
         print(f"{config.out} is complete (metrics.json); nothing to do")
         return 0

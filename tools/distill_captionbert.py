@@ -27,8 +27,6 @@ checkpoint_every steps), tensorboard/ events, metrics.json (history and final nu
 """
 
 import argparse
-import dataclasses
-import json
 import os
 import random
 import shutil
@@ -93,15 +91,7 @@ def parse_config(argv):
     parser.add_argument("--align", type=Path, required=True, help="alignment folder (tools/align_teachers.py)")
     parser.add_argument("--out", type=Path, required=True, help="run folder; rerun with it to resume")
     parser.add_argument("--preset", choices=sorted(PRESETS), default="cpu")
-    for item in dataclasses.fields(Config):
-        if item.name in ("align", "out", "preset", "expected_teachers"):
-            continue
-        flag = "--" + item.name.replace("_", "-")
-        if item.type is bool:
-            parser.add_argument(flag, action=argparse.BooleanOptionalAction, default=None)
-        else:
-            kind = Path if item.type is Path else item.type
-            parser.add_argument(flag, type=kind, default=None)
+    runs.add_config_flags(parser, Config, skip=("align", "out", "preset", "expected_teachers"))
     args = {k: v for k, v in vars(parser.parse_args(argv)).items() if v is not None}
     config = Config(**{**PRESETS[args["preset"]], **args})
     for name in ("steps", "batch_size", "max_length", "checkpoint_every", "log_every", "validate_every"):
@@ -244,8 +234,7 @@ def main(argv=None):
     checkpoint = config.out / "checkpoint.pt"
     step, history = 0, {"train": [], "validation": [], "training_seconds": 0.0}
     if checkpoint.exists():
-        previous = runs.read_json(config.out / "config.json")
-        if previous != json.loads(json.dumps(dataclasses.asdict(config), default=str)):
+        if not runs.records_config(config.out, config):
             raise SystemExit(f"{config.out} holds a run with another config; use a new --out or the same options")
         step, history = restore_checkpoint(checkpoint, model, optimizer, schedule)
         print(f"resuming {config.out} at step {step}")

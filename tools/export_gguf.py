@@ -394,7 +394,8 @@ def main(argv=None):
         for text, same, cosine in rows:
             print(f"tokens {'identical' if same else 'DIFFER'}  cosine llama.cpp vs PyTorch {cosine:.6f}  {text!r}")
         if not all(same and cosine >= config.min_cosine for _, same, cosine in rows):
-            raise SystemExit(f"{path} does not reproduce {config.model} (tokens differ or cosine < {config.min_cosine})")
+            raise SystemExit(f"{path} does not reproduce {config.model} "
+                             f"(tokens differ or cosine < {config.min_cosine})")
     return 0
 
 

@@ -5,6 +5,7 @@ flag, library versions, start/end time) and whatever the tool writes (metrics.js
 Model cards and later steps read these files; numbers are never typed by hand.
 """
 
+import argparse
 import dataclasses
 import json
 import os
@@ -18,6 +19,19 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 LIBRARIES = ("torch", "transformers", "tokenizers", "sentence-transformers", "safetensors", "numpy", "scipy",
              "onnxruntime", "accelerate")
+
+
+def add_config_flags(parser, config_class, skip=()):
+    """One --flag per field of the dataclass `config_class` (bools as --x / --no-x), each defaulting to None, so a
+    preset can fill in what the command line leaves out."""
+    for item in dataclasses.fields(config_class):
+        if item.name in skip:
+            continue
+        flag = "--" + item.name.replace("_", "-")
+        if item.type is bool:
+            parser.add_argument(flag, action=argparse.BooleanOptionalAction, default=None)
+        else:
+            parser.add_argument(flag, type=item.type, default=None)
 
 
 def default_data_dir():
@@ -61,6 +75,12 @@ def write_json(path, payload):
 
 def read_json(path):
     return json.loads(Path(path).read_text())
+
+
+def records_config(folder, config):
+    """Whether `folder`/config.json holds exactly `config` (the dataclass, as RunRecord writes it)."""
+    return read_json(Path(folder) / "config.json") == json.loads(json.dumps(dataclasses.asdict(config),
+                                                                            default=_jsonable))
 
 
 class RunRecord:
