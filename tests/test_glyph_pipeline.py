@@ -2,6 +2,7 @@
 (resumable after kill -9), the sentence-transformers folder, and the evaluation table's measures."""
 
 import json
+import re
 from pathlib import Path
 
 import numpy as np
@@ -14,7 +15,8 @@ from tools.build_glyph_corpus import read_triples
 from tools.glyph.generate import Lexicon
 from tools.glyph.grammar import OPERATORS
 
-TINY_CORPUS = ["--train-triples", 600, "--validation-triples", 60, "--test-triples", 300, "--vocab-size", 500]
+TINY_CORPUS = ["--train-triples", 600, "--validation-triples", 60, "--test-triples", 300, "--vocab-size", 500,
+               "--extra-words", 300]
 TINY_MODEL = ["--hidden-size", 32, "--num-layers", 2, "--num-heads", 2, "--intermediate-size", 64,
               "--mlm-steps", 12, "--mlm-batch-size", 16, "--contrastive-steps", 12, "--contrastive-batch-size", 16,
               "--validate-every", 6, "--checkpoint-every", 4, "--log-every", 4]
@@ -39,14 +41,17 @@ def words_of(text):
             for word in atom.split("_")}
 
 
-def test_held_out_words_never_reach_the_corpus_or_the_training_triples(corpus):
-    lexicon = Lexicon.load()
-    train_words, held_out = lexicon.split(0.2, seed=0)
+def test_held_out_words_never_reach_the_corpus_and_every_test_atom_is_new(corpus):
+    train_words, held_out = Lexicon.load(extra_words=300).split(0.2, seed=0)
+    variables = {"x", "y", "z"}
     corpus_words = set().union(*map(words_of, (corpus / "corpus.txt").read_text().splitlines()))
-    test_words = set().union(*(words_of(t[k]) for t in read_triples(corpus / "test.jsonl")
-                               for k in ("anchor", "positive", "negative")))
-    assert corpus_words - {"x", "y", "z"} <= set(train_words.words)
-    assert test_words - {"x", "y", "z"} <= set(held_out.words)
+    assert corpus_words - variables <= set(train_words.words)
+    for triple in read_triples(corpus / "test.jsonl"):
+        for text in (triple["anchor"], triple["positive"], triple["negative"]):
+            for atom in set(re.findall(r"[a-z][a-z0-9_]*", text)) - variables:
+                words = atom.split("_")
+                assert any(word in held_out.words for word in words), (atom, text)  # never seen in training
+                assert set(words) <= set(held_out.words) | set(train_words.renamable), (atom, text)
     validation = {t["anchor"] for t in read_triples(corpus / "validation.jsonl")}
     assert validation.isdisjoint((corpus / "corpus.txt").read_text().splitlines())
 

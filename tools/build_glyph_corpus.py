@@ -4,9 +4,10 @@ Usage:
     python -m tools.build_glyph_corpus --out runs/demo/glyph/corpus
     python -m tools.build_glyph_corpus --out runs/x --train-triples 2000 --test-triples 200 --vocab-size 800
 
-The atom vocabulary (tools/glyph/words.txt) is split by synonym group into training and held-out words. Training
-triples (anchor, paraphrase, mutation) use training atoms only; test triples use held-out atoms only, so evaluation
-strings share no atom word with anything the tokenizer or the model saw. Every triple is checked by the canonical
+The atom vocabulary (tools/glyph/words.txt plus common English words) is split by group into training and held-out
+words. Training triples (anchor, paraphrase, mutation) use training words only. Every atom of a test triple holds a
+held-out word, so no test atom was ever seen by the tokenizer or the model; a test paraphrase's rename swaps a word
+for a synonym from the training groups (a synonym relation between two never-seen words could not be inferred). Every triple is checked by the canonical
 form as it is generated (a positive means the same as its anchor, a mutation does not).
 
 The out folder gets: train.jsonl, validation.jsonl (training atoms, not in the corpus) and test.jsonl (one triple
@@ -38,7 +39,7 @@ class Config:
     train_triples: int = 40000  # training (anchor, positive, mutation) triples over training atoms
     validation_triples: int = 1000  # more over training atoms, kept out of the corpus: the training run's monitor
     test_triples: int = 2000  # evaluation triples over held-out atoms
-    extra_words: int = 2000  # common English words (one-word groups) added to the synonym groups of words.txt
+    extra_words: int = 8000  # common English words (one-word groups) added to the synonym groups of words.txt
     held_out_fraction: float = 0.2  # share of word groups whose words only appear in test triples
     vocab_size: int = 6000  # BPE vocabulary, special tokens included
     max_length: int = 256  # the tokenizer's model_max_length (the model's positions)
@@ -61,9 +62,9 @@ def parse_config(argv):
     return config
 
 
-def generate(lexicon, count, seed, desc):
-    """`count` triples with unique anchors."""
-    generator, triples, anchors = ClaimGenerator(lexicon, seed), [], set()
+def generate(lexicon, count, seed, desc, known=None):
+    """`count` triples with unique anchors (ClaimGenerator's lexicon and known synonyms)."""
+    generator, triples, anchors = ClaimGenerator(lexicon, seed, known), [], set()
     with tqdm(total=count, desc=desc, unit="triple") as bar:
         while len(triples) < count:
             triple = generator.triple()
@@ -102,7 +103,7 @@ def main(argv=None):
     with runs.RunRecord(config.out, config, "build_glyph_corpus"):
         train = generate(train_words, config.train_triples + config.validation_triples, config.seed, "train triples")
         train, validation = train[:config.train_triples], train[config.train_triples:]
-        test = generate(test_words, config.test_triples, config.seed + 1, "test triples")
+        test = generate(test_words, config.test_triples, config.seed + 1, "test triples", known=train_words)
         write_triples(config.out / "train.jsonl", train)
         write_triples(config.out / "validation.jsonl", validation)
         write_triples(config.out / "test.jsonl", test)

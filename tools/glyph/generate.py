@@ -114,20 +114,29 @@ class Triple:
 
 
 class ClaimGenerator:
-    """Random claims over one lexicon. Atoms within a claim are distinct, so no relation links a thing to itself
-    (which would make a mirror swap meaningless)."""
+    """Random claims over one lexicon. Atoms within a claim are distinct (even after synonym renaming), so no
+    relation links a thing to itself (which would make a mirror swap meaningless).
 
-    def __init__(self, lexicon: Lexicon, seed: int):
-        self.lexicon, self.rng = lexicon, random.Random(seed)
+    lexicon: the words atoms are made of. known: the synonym groups renames draw on (default: lexicon). For held-out
+    atoms, known is the training lexicon: every atom is new (it holds a held-out word), but a rename swaps a word for
+    a synonym the model was trained on, since a synonym relation between two never-seen words cannot be inferred.
+    """
+
+    def __init__(self, lexicon: Lexicon, seed: int, known: Lexicon | None = None):
+        self.lexicon, self.known, self.rng = lexicon, known or lexicon, random.Random(seed)
+        self.synonyms = {**self.lexicon.synonyms, **self.known.synonyms}  # meaning is decided over all the words
 
     def atoms(self, count: int) -> list[Atom]:
-        """`count` atoms distinct even after synonym renaming; the first word of the first one has a synonym, so
-        every claim can be renamed."""
-        first = self.rng.choice(self.lexicon.renamable)
-        words = [[first] + self.rng.sample(self.lexicon.words, self.rng.choice((0, 1, 1)))]
+        """`count` atoms; the first one holds a word with a known synonym, so every claim can be renamed."""
+        first = [self.rng.choice(self.known.renamable)]
+        if self.known is self.lexicon:
+            first += self.rng.sample(self.lexicon.words, self.rng.choice((0, 1, 1)))
+        else:  # and a held-out word, so that no atom of the claim was ever seen
+            first.insert(self.rng.randrange(2), self.rng.choice(self.lexicon.words))
+        words = [first]
         while len(words) < count:
             words.append(self.rng.sample(self.lexicon.words, self.rng.choice((1, 2, 2))))
-            meanings = [tuple(self.lexicon.synonyms[word] for word in atom) for atom in words]
+            meanings = [tuple(self.synonyms[word] for word in atom) for atom in words]
             if len(set(meanings)) < len(meanings):
                 words.pop()
         return [Atom("_".join(atom)) for atom in self.rng.sample(words, count)]
@@ -177,14 +186,14 @@ class ClaimGenerator:
     def triple(self) -> Triple:
         """An anchor, a paraphrase of it and a one-edit mutation of it, all checked by the canonical form.
 
-        The paraphrase renames one atom word to a synonym and applies one or two other rewrites, so it is further
+        The paraphrase renames one atom word to a known synonym and applies one or two other rewrites, so it is further
         from the anchor on the surface than the mutation is (character 3-gram Jaccard scores near 0 on the triples):
         only meaning can tell them apart.
         """
         while True:
             anchor = self.claim()
-            key = canonical(anchor, self.lexicon.synonyms)
-            renames = [edit for edit in rewrites(anchor, self.lexicon.synonym_groups) if edit[0] == "rename"]
+            key = canonical(anchor, self.synonyms)
+            renames = [edit for edit in rewrites(anchor, self.known.synonym_groups) if edit[0] == "rename"]
             if not renames:  # a quantified rule may leave the renamable atom out
                 continue
             kind, positive = random_edit(renames, self.rng)
@@ -192,9 +201,9 @@ class ClaimGenerator:
             for _ in range(self.rng.choice((1, 2))):
                 kind, positive = random_edit([edit for edit in rewrites(positive) if edit[0] != "rename"], self.rng)
                 kinds.append(kind)
-            if canonical(positive, self.lexicon.synonyms) != key:
+            if canonical(positive, self.synonyms) != key:
                 raise AssertionError(f"a rewrite changed the meaning: {to_text(anchor)} -> {to_text(positive)}")
             family, negative = random_edit(mutations(anchor), self.rng)
-            if canonical(negative, self.lexicon.synonyms) == key:
+            if canonical(negative, self.synonyms) == key:
                 raise AssertionError(f"a mutation kept the meaning: {to_text(anchor)} -> {to_text(negative)}")
             return Triple(self.text(anchor), self.text(positive), self.text(negative), tuple(kinds), family)
