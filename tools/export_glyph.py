@@ -186,10 +186,11 @@ stock converter cannot recognise a new tokenizer.)
 
 ## Evaluation on held-out atoms
 
-{evaluation['test_triples']:,} test triples (claim, paraphrase, mutation) built only from atom words that never occur
-in training. The paraphrase renames an atom word to a synonym (one the model never saw) and applies one or two more
-rewrites (mirror reversal, symmetric swap, double negation, De Morgan, contrapositive); the mutation flips the meaning
-with one edit (an operator swapped with its inverse, ¬ inserted or removed, ⊥ injected). A win is
+{evaluation['test_triples']:,} test triples (claim, paraphrase, mutation) in which every atom holds a word that never
+occurs in training, so no test atom was ever seen. The paraphrase renames an atom word to a synonym from the training
+groups (a synonym relation between two unseen words could not be inferred) and applies one or two more rewrites
+(mirror reversal, symmetric swap, double negation, De Morgan, contrapositive); the mutation flips the meaning with
+one edit (an operator swapped with its inverse, ¬ inserted or removed, ⊥ injected). A win is
 cos(claim, paraphrase) > cos(claim, mutation). MRR@10: each of {model['retrieval_gallery'] // 2:,} claims searches
 the paraphrases and the mutations of all of them ({model['retrieval_gallery']:,} items). Random vectors (chance) and
 character 3-gram Jaccard (a mutation is always closer on the surface) check the test set itself.
@@ -232,8 +233,10 @@ decay, bf16 autocast, seed {train_config['seed']}.
 
 - The notation's meaning is the project's reference grammar: the canonical form decides only the rewrites listed
   above (no associativity, no quantifier duality, ↑ is not ¬↓). Other readings of glyph are outside what was trained.
-- Held-out synonyms are unknowable from the training data: a paraphrase that renames a held-out word is recognised
-  by its structure, not by knowing the synonym.
+- Synonyms are known only for the listed groups the model trained on; a rename between two words it never saw is
+  outside what it can recognise (the test set does not ask for it).
+- Direction is the weak spot: swapping a directed relation with its mirror form (→/←, ⇒/⇐, ∵/∴, ⊢/⊣) keeps every
+  token and changes only the order, and those families stay far below the others in the table above.
 - One seed of a CPU-sized run; the seed-to-seed spread was not measured.
 
 ## Source
