@@ -121,7 +121,7 @@ def _tokens(text: str) -> list[tuple[str, int]]:
     tokens, position = [], 0
     while position < len(text):
         match = _TOKEN.match(text, position)
-        if match.group(0).isspace() or not match.group(0).strip():
+        if not match.group(0).strip():  # only white space is left
             break
         start = match.start(1) if match.group(1) else match.start(2)
         symbol = match.group(1) or match.group(2)
