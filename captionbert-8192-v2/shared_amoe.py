@@ -6,9 +6,10 @@ The maths is the contract in ../shared/specs/amoe.md. An arm has one `ArmSite` a
 
     y = x + sum over ENABLED arms k of (w_k / z) * delta_k(x),   w_k = sinh(u_k),  z = sum over ALL arms cosh(u_j)
 
-to the layer's output x. With no arm enabled the layer returns its base layer's output object untouched, which is
-the toggle law: the trunk's outputs stay bit-identical. Legend: N tokens (packed), D hidden, S slots (64),
-G slot groups (16) of width 4, K codebook atoms (64), A arms in the roster.
+to the layer's output x (`add_arms` computes every enabled arm of a block at once). With no arm enabled the layer
+returns its base layer's output object untouched, which is the toggle law: the trunk's outputs stay bit-identical.
+Legend: N tokens (packed), D hidden, S slots (64), G slot groups (16) of width 4, K codebook atoms (64), H head
+width (178), A arms in the roster, A' of them enabled.
 """
 
 import hashlib
@@ -27,20 +28,40 @@ TAU = 0.1
 GATE_INIT = -3.0
 
 
-def sinh_cosh_mix(logits, values):
-    """sum_k sinh(u_k) v_k / sum_k cosh(u_k) over the last axis of `logits` (..., K) with values (K, W), computed
-    with max|u| subtracted before exponentiating so large |u| (small tau) stays finite. The 1/2 of sinh and cosh
-    cancels. Written for few memory passes over (..., K): this is the hot loop of an arm on a CPU."""
-    shift = torch.maximum(logits.amax(dim=-1, keepdim=True), -logits.amin(dim=-1, keepdim=True))  # max|u|
-    positive = (logits - shift).exp_()  # e^(u - shift)
-    negative = (logits + shift).neg_().exp_()  # e^(-u - shift)
-    denominator = positive.sum(dim=-1, keepdim=True) + negative.sum(dim=-1, keepdim=True)
-    return (positive @ values - negative @ values) / denominator
+def mix_matrices(atoms, values, tau):
+    """The two matrices of sinh_cosh_mix for unit atoms a (K, W), values v (K, V) and temperature tau:
+    [a, -a] / tau with a last column of -1/tau, transposed (W + 1, 2K), and [[v, 1], [-v, 1]] (2K, V + 1)."""
+    if not 1 / tau < 80:
+        raise ValueError(f"tau must exceed 1/80 for e^(-1/tau) to stay a normal float, got {tau}")
+    signed_atoms = torch.cat([atoms, -atoms]) / tau
+    shifted_atoms = torch.cat([signed_atoms, signed_atoms.new_full((signed_atoms.shape[0], 1), -1 / tau)], 1)
+    ones = values.new_ones(values.shape[0], 1)
+    return shifted_atoms.T, torch.cat([torch.cat([values, ones], 1), torch.cat([-values, ones], 1)])
+
+
+def sinh_cosh_mix(vectors, matrices):
+    """sum_k sinh(u_k) v_k / sum_k cosh(u_k) with u_k = <x, a_k> / tau, for unit vectors x (M, W) -> (M, V), where
+    matrices = mix_matrices(a, v, tau) holds the unit atoms a_k and values v_k.
+
+    Stable for any tau > 1/80: as x and a_k are unit vectors, |u| <= 1/tau, so subtracting that bound (rather than
+    each row's max|u|) keeps every e^(+-u - 1/tau) in [e^(-2/tau), 1] and the denominator above 128 e^(-1/tau).
+    Written for few memory passes, as this is the hot loop of an arm: one matmul gives [u, -u] already shifted (x
+    gains a column of ones), one in-place exp, and one matmul against [[v, 1], [-v, 1]] gives sum sinh(u) v and
+    sum cosh(u) together (the 1/2s cancel). It runs in float32 at least, whatever the caller's dtype or autocast:
+    a CPU exponentiates float32 twice as fast as bfloat16; the result comes back in the caller's dtype."""
+    dtype = torch.promote_types(vectors.dtype, torch.float32)
+    with torch.autocast(vectors.device.type, enabled=False):
+        shifted_atoms, signed_values = (matrix.to(dtype) for matrix in matrices)
+        exponentials = (torch.cat([vectors.to(dtype), vectors.new_ones(vectors.shape[0], 1, dtype=dtype)], 1)
+                        @ shifted_atoms).exp_()  # (M, 2K): e^(u - 1/tau), e^(-u - 1/tau)
+        sums = exponentials @ signed_values  # (M, V + 1)
+        return (sums[:, :-1] / sums[:, -1:]).to(vectors.dtype)
 
 
 class ArmSite(nn.Module):
-    """One arm at one block: slots -> sinh/cosh address over a codebook -> ReLU^2 head -> sigmoid gate.
-    136,599 parameters at D = 512. The output projection is zero-initialised, so a fresh site emits exact zeros."""
+    """The parameters of one arm at one block: slots -> sinh/cosh address over a codebook -> ReLU^2 head -> sigmoid
+    gate, 136,599 at D = 512. `add_arms` computes it. The output projection is zero-initialised, so a fresh site
+    adds exact zeros."""
 
     def __init__(self, hidden_size, tau=TAU):
         super().__init__()
@@ -55,13 +76,33 @@ class ArmSite(nn.Module):
         nn.init.zeros_(self.head_out.bias)
         self.gate = nn.Parameter(torch.tensor(GATE_INIT))
 
-    def forward(self, hidden):
-        """hidden (N, D) -> delta (N, D)."""
-        slots = F.normalize(self.slots(hidden).unflatten(-1, (SLOTS // GROUP_WIDTH, GROUP_WIDTH)), dim=-1)  # (N, G, 4)
-        atoms = F.normalize(self.codebook, dim=-1)  # (K, 4)
-        addressed = sinh_cosh_mix(slots @ (atoms.T / self.tau), atoms)  # (N, G, 4); 1/tau on the small side
-        features = F.relu(self.head_in(addressed.flatten(-2))) ** 2  # (N, 178)
-        return torch.sigmoid(self.gate) * self.head_out(self.head_norm(features))  # (N, D)
+
+def add_arms(hidden, slots, weights, sites):
+    """hidden + sum_k weights[:, k] * delta_k(hidden) for the ArmSites `sites` of one block, given hidden (N, D),
+    every site's slot projection P_k hidden concatenated (N, A' S) and weights (N, A'). One arm's delta, per token
+    x (the spec's maths):
+
+        s = P x as G groups s_j of width 4, each L2-normalised;  u_jk = <s_j, a_k> / tau over the unit atoms a_k
+        m_j = sum_k sinh(u_jk) a_k / sum_k cosh(u_jk);  f = LayerNorm(ReLU(W_in concat_j m_j + b_in)^2)
+        delta = sigmoid(g) (W_out f + b_out)
+
+    The arms share their big steps, because a CPU spends an arm's time in many small passes: the slot projection
+    comes in one matmul with the dispatch's (AmoeLayer), and ONE output matmul takes the arms' concatenated
+    features, scaled per token by w_k sigmoid(g_k), with LayerNorm's affine folded into W_out (W_out diag(gamma)
+    and W_out beta + b_out), and adds them to hidden."""
+    arms, tokens = len(sites), hidden.shape[0]
+    slots = F.normalize(slots.view(tokens, arms, SLOTS // GROUP_WIDTH, GROUP_WIDTH), dim=-1)  # (N, A', G, 4)
+    features = []
+    for k, site in enumerate(sites):
+        atoms = F.normalize(site.codebook, dim=-1)  # (K, 4)
+        addressed = sinh_cosh_mix(slots[:, k].reshape(-1, GROUP_WIDTH), mix_matrices(atoms, atoms, site.tau))
+        features.append(F.relu(site.head_in(addressed.reshape(tokens, SLOTS))).square())  # m_j (N G, 4) -> (N, H)
+    features = F.layer_norm(torch.stack(features, dim=1), (HEAD_WIDTH,), eps=sites[0].head_norm.eps)  # (N, A', H)
+    coefficient = weights * torch.sigmoid(torch.stack([site.gate for site in sites]))  # (N, A')
+    scaled = (features * coefficient.unsqueeze(-1)).view(tokens, arms * HEAD_WIDTH)
+    out_weight = torch.cat([(site.head_out.weight * site.head_norm.weight).T for site in sites])  # (A' H, D)
+    out_bias = torch.stack([site.head_out(site.head_norm.bias) for site in sites])  # W_out beta + b_out (A', D)
+    return torch.addmm(hidden, torch.cat([scaled, coefficient], dim=1), torch.cat([out_weight, out_bias]))
 
 
 class Arm(nn.Module):
@@ -87,11 +128,12 @@ class BlockDispatch(nn.Module):
         self.routing_keys = nn.Parameter(torch.empty(num_arms, KEY_WIDTH))
         nn.init.orthogonal_(self.routing_keys)
 
-    def forward(self, hidden):
-        """hidden (N, D) -> w / z (N, A): sinh(u_k) / sum over the whole roster of cosh(u_j)."""
-        token_keys = F.normalize(hidden @ self.key_projection.T, dim=-1)  # (N, 64)
-        logits = token_keys @ F.normalize(self.routing_keys, dim=-1).T / self.tau  # (N, A)
-        return sinh_cosh_mix(logits, torch.eye(logits.shape[-1], dtype=logits.dtype, device=logits.device))
+    def forward(self, keys):
+        """keys = hidden @ key_projection.T (N, 64) -> w / z (N, A): sinh(u_k) / sum over the whole roster of
+        cosh(u_j). The caller projects, so that AmoeLayer folds K into the arms' slot matmul."""
+        routing_keys = F.normalize(self.routing_keys, dim=-1)  # (A, 64)
+        identity = torch.eye(routing_keys.shape[0], dtype=routing_keys.dtype, device=routing_keys.device)
+        return sinh_cosh_mix(F.normalize(keys, dim=-1), mix_matrices(routing_keys, identity, self.tau))
 
 
 class Dispatch(nn.Module):
@@ -122,12 +164,11 @@ class AmoeLayer(nn.Module):
         output = self.base_layer(hidden, *args, **kwargs)  # (N, D) packed tokens
         if not self.enabled:
             return output
-        weights = self.dispatch(output)  # (N, A)
-        mixed = output
-        for k, name in enumerate(self.roster):
-            if name in self.enabled:
-                mixed = torch.addcmul(mixed, weights[:, k:k + 1], self.sites[name](output))  # x + (w_k/z) delta_k
-        return mixed
+        columns = [k for k, name in enumerate(self.roster) if name in self.enabled]
+        sites = [self.sites[self.roster[k]] for k in columns]
+        projected = output @ torch.cat([self.dispatch.key_projection, *(site.slots.weight for site in sites)]).T
+        weights = self.dispatch(projected[:, :KEY_WIDTH])[:, columns]  # (N, A') w_k / z, z over the whole roster
+        return add_arms(output, projected[:, KEY_WIDTH:], weights, sites)
 
 
 def wrap_layers(layers, arms, dispatch, enabled):

@@ -7,8 +7,8 @@ import math
 import pytest
 import torch
 
-from shared_modeling.amoe import (Arm, ArmSite, Dispatch, content_hash, load_arm, load_dispatch, save_arm,
-                                  save_dispatch, sinh_cosh_mix, trunk_hash, unwrap_layers, wrap_layers)
+from shared_modeling.amoe import (Arm, ArmSite, Dispatch, add_arms, content_hash, load_arm, load_dispatch, save_arm,
+                                  mix_matrices, save_dispatch, sinh_cosh_mix, trunk_hash, unwrap_layers, wrap_layers)
 from shared_modeling.layers import Encoder
 
 
@@ -18,13 +18,64 @@ def test_parameter_counts_match_the_spec():
 
 
 def test_sinh_cosh_mix_is_exact_and_stable():
-    logits = torch.tensor([[0.3, -1.2, 2.0]], dtype=torch.float64)
-    values = torch.eye(3, dtype=torch.float64)
-    expected = torch.sinh(logits) / torch.cosh(logits).sum()
-    torch.testing.assert_close(sinh_cosh_mix(logits, values), expected)
-    assert torch.autograd.gradcheck(lambda u: sinh_cosh_mix(u, values), (logits.clone().requires_grad_(),))
-    huge = sinh_cosh_mix(torch.tensor([[400.0, -900.0, 10.0]]), torch.eye(3))  # tau -> 0: no overflow
-    assert torch.isfinite(huge).all() and huge[0, 1] == pytest.approx(-1.0)
+    torch.manual_seed(0)
+    vectors = torch.nn.functional.normalize(torch.randn(6, 4, dtype=torch.float64), dim=-1)
+    atoms = torch.nn.functional.normalize(torch.randn(5, 4, dtype=torch.float64), dim=-1)
+    values = torch.randn(5, 3, dtype=torch.float64)
+    for tau in (0.1, 0.02):  # 0.02: |u| up to 50, and e^50 overflows float16
+        u = vectors @ atoms.T / tau
+        expected = torch.sinh(u) @ values / torch.cosh(u).sum(dim=-1, keepdim=True)
+        torch.testing.assert_close(sinh_cosh_mix(vectors, mix_matrices(atoms, values, tau)), expected)
+        single = sinh_cosh_mix(vectors.float(), mix_matrices(atoms.float(), values.float(), tau))
+        assert single.dtype == torch.float32 and torch.isfinite(single).all()
+        torch.testing.assert_close(single.double(), expected, atol=1e-5, rtol=1e-5)
+    low = sinh_cosh_mix(vectors.bfloat16(), mix_matrices(atoms.bfloat16(), values.bfloat16(), 0.1))
+    assert low.dtype == torch.bfloat16  # computed in float32, returned in the caller's dtype
+    assert torch.autograd.gradcheck(lambda x: sinh_cosh_mix(x, mix_matrices(atoms, values, 0.1)),
+                                    (vectors.clone().requires_grad_(),))
+    with pytest.raises(ValueError, match="tau must exceed 1/80"):
+        mix_matrices(atoms, values, 0.01)
+
+
+def spec_delta(site, hidden):
+    """One arm site's delta written straight from the spec, token by token: the reference for add_arms."""
+    deltas = []
+    for x in hidden:
+        s = torch.nn.functional.normalize((site.slots.weight @ x).view(16, 4), dim=-1)  # 16 slot groups of width 4
+        atoms = torch.nn.functional.normalize(site.codebook, dim=-1)
+        u = s @ atoms.T / site.tau  # (16, 64)
+        m = (torch.sinh(u) @ atoms) / torch.cosh(u).sum(dim=-1, keepdim=True)
+        f = site.head_norm(torch.relu(site.head_in(m.flatten())) ** 2)
+        deltas.append(torch.sigmoid(site.gate) * site.head_out(f))
+    return torch.stack(deltas)
+
+
+@pytest.mark.parametrize("arms", [1, 3])
+def test_add_arms_computes_the_spec_for_every_arm_at_once(arms):
+    torch.manual_seed(arms)
+    sites = [ArmSite(64).double() for _ in range(arms)]
+    with torch.no_grad():
+        for site in sites:  # trained-like: every parameter away from its initial value
+            for parameter in site.parameters():
+                parameter.add_(torch.randn_like(parameter) * 0.3)
+    hidden, weights = torch.randn(5, 64, dtype=torch.float64), torch.rand(5, arms, dtype=torch.float64) * 2 - 1
+    probe = torch.randn(5, 64, dtype=torch.float64)  # a random direction to take gradients along
+
+    def values_and_gradients(compute):
+        for site in sites:
+            site.zero_grad()
+        output = compute()
+        (output * probe).sum().backward()
+        return output.detach(), [p.grad.clone() for site in sites for p in site.parameters()]
+
+    slots = hidden @ torch.cat([site.slots.weight for site in sites]).T  # what AmoeLayer hands over
+    fused, fused_grads = values_and_gradients(lambda: add_arms(hidden, slots, weights, sites))
+    spec, spec_grads = values_and_gradients(
+        lambda: hidden + sum(weights[:, k:k + 1] * spec_delta(site, hidden) for k, site in enumerate(sites)))
+    torch.testing.assert_close(fused, spec)
+    assert not torch.equal(fused, hidden)
+    for fused_grad, spec_grad in zip(fused_grads, spec_grads):
+        torch.testing.assert_close(fused_grad, spec_grad)
 
 
 def test_dispatch_weights_one_arm_is_tanh_and_the_budget_is_below_one():
@@ -33,8 +84,9 @@ def test_dispatch_weights_one_arm_is_tanh_and_the_budget_is_below_one():
     single = Dispatch(["a"], 64, num_blocks=1).blocks[0]
     keys = torch.nn.functional.normalize(hidden @ single.key_projection.T, dim=-1)
     u = keys @ torch.nn.functional.normalize(single.routing_keys, dim=-1).T / single.tau
-    torch.testing.assert_close(single(hidden), torch.tanh(u))
-    weights = Dispatch(["a", "b", "c"], 64, num_blocks=1).blocks[0](hidden)
+    torch.testing.assert_close(single(hidden @ single.key_projection.T), torch.tanh(u))
+    three = Dispatch(["a", "b", "c"], 64, num_blocks=1).blocks[0]
+    weights = three(hidden @ three.key_projection.T)
     assert (weights.abs().sum(dim=-1) < 1).all() and (weights < 0).any()  # inhibition is allowed
 
 
@@ -113,7 +165,9 @@ def test_arm_and_dispatch_files_round_trip_and_keep_the_roster_order(tmp_path):
     restored, _ = load_dispatch(tmp_path / "collective" / "dispatch.safetensors", 64, 2, trunk_hash="trunk-1")
     assert restored.roster == ["paraphrase", "equiv"]
     hidden = torch.randn(5, 64)
-    assert torch.equal(restored.blocks[1](hidden), dispatch.blocks[1](hidden))
+    keys = hidden @ dispatch.blocks[1].key_projection.T
+    assert torch.equal(restored.blocks[1].key_projection, dispatch.blocks[1].key_projection)
+    assert torch.equal(restored.blocks[1](keys), dispatch.blocks[1](keys))
 
 
 def test_arm_files_refuse_other_trunks_corruption_truncation_and_wrong_kinds(tmp_path):

@@ -17,8 +17,10 @@ def test_bench_tiny_run_writes_finite_positive_ratios(tmp_path, data_dir):
     assert json.loads((folder / "config.json").read_text())["tiny"] is True
     assert report["bert_attn_implementation"] == "sdpa"
     assert report["captions"]["count"] == 16
+    shipped = len(json.loads((bench.CAPTIONBERT / "amoe" / "arms" / "ARMS.json").read_text())["roster"])
+    arms = list(dict.fromkeys((shipped, 3)))  # the shipped collective's size and --arms
     rows = report["rows"]
-    assert len(rows) == 17
+    assert len(rows) == 12 + 2 * (len(arms) + 1) + 1  # (6): per dtype each size on and every arm off; off == bare
     for row in rows:
         for key in ("ours", "reference", "ratio"):
             assert math.isfinite(row[key]) and row[key] > 0, (row["name"], key, row[key])
@@ -30,5 +32,6 @@ def test_bench_tiny_run_writes_finite_positive_ratios(tmp_path, data_dir):
     for stage in ("extraction", "training"):
         assert all(len(seconds) == 1 for seconds in report["seconds"][stage].values())
     assert report["corpus_sample"]["count"] == 32
-    assert report["amoe"] == {"arms": 3, "off_equals_bare": True, "on_differs_from_bare": True}
+    assert report["amoe"] == {"shipped_arms": shipped, "arms": arms, "off_equals_bare": True,
+                              "on_differs_from_bare": True}
     assert set(report["seconds"]["glyph"]) == {"pytorch fp32", "gguf f32", "gguf f16"}
