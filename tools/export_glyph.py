@@ -235,8 +235,9 @@ decay, bf16 autocast, seed {train_config['seed']}.
   above (no associativity, no quantifier duality, ↑ is not ¬↓). Other readings of glyph are outside what was trained.
 - Synonyms are known only for the listed groups the model trained on; a rename between two words it never saw is
   outside what it can recognise (the test set does not ask for it).
-- Direction is the weak spot: swapping a directed relation with its mirror form (→/←, ⇒/⇐, ∵/∴, ⊢/⊣) keeps every
-  token and changes only the order, and those families stay far below the others in the table above.
+- Direction is the weak spot: a directed relation flipped to its mirror operator (→/←, ⇒/⇐, ∵/∴, ⊢/⊣) holds the
+  same tokens as the paraphrase that mirrors it (a←b vs b←a), so only their order tells them apart, and those
+  families stay far below the others in the table above.
 - One seed of a CPU-sized run; the seed-to-seed spread was not measured.
 
 ## Source
