@@ -14,6 +14,7 @@ width (178), A arms in the roster, A' of them enabled.
 import hashlib
 import json
 from pathlib import Path
+from typing import NamedTuple
 
 import torch
 import torch.nn.functional as F
@@ -27,34 +28,39 @@ TAU = 0.1
 GATE_INIT = -3.0
 
 
-def mix_matrices(atoms, values, tau):
-    """The two matrices of sinh_cosh_mix for unit atoms a (K, W), values v (K, V) and temperature tau:
-    [a, -a] / tau with a last column of -1/tau, transposed (W + 1, 2K), and [[v, 1], [-v, 1]] (2K, V + 1)."""
-    if not 1 / tau < 80:
-        raise ValueError(f"tau must exceed 1/80 for e^(-1/tau) to stay a normal float, got {tau}")
-    signed_atoms = torch.cat([atoms, -atoms]) / tau
-    shifted_atoms = torch.cat([signed_atoms, signed_atoms.new_full((signed_atoms.shape[0], 1), -1 / tau)], 1)
-    ones = values.new_ones(values.shape[0], 1)
-    return shifted_atoms.T, torch.cat([torch.cat([values, ones], 1), torch.cat([-values, ones], 1)])
+def mix_matrices(atoms, values, taus):
+    """The two matrices of sinh_cosh_mix for A codebooks at once, from the unit atoms a (K, W), the values v (K, V)
+    and the temperature tau of each codebook (three lists of length A): block-diagonal, one block per codebook,
+
+        [a, -a]^T / tau over a last row of -1/tau, (A W + 1, A 2K);    [[v, 1], [-v, 1]], (A 2K, A (V + 1))."""
+    if not all(1 / tau < 80 for tau in taus):
+        raise ValueError(f"tau must exceed 1/80 for e^(-1/tau) to stay a normal float, got {list(taus)}")
+    signed_atoms = [torch.cat([a, -a]).T / tau for a, tau in zip(atoms, taus)]  # (W, 2K) each
+    shifts = torch.cat([block.new_full((1, block.shape[1]), -1 / tau) for block, tau in zip(signed_atoms, taus)], 1)
+    signed_values = [torch.cat([torch.cat([v, ones], 1), torch.cat([-v, ones], 1)])
+                     for v in values for ones in [v.new_ones(v.shape[0], 1)]]
+    return torch.cat([torch.block_diag(*signed_atoms), shifts]), torch.block_diag(*signed_values)
 
 
 def sinh_cosh_mix(vectors, matrices):
-    """sum_k sinh(u_k) v_k / sum_k cosh(u_k) with u_k = <x, a_k> / tau, for unit vectors x (M, W) -> (M, V), where
-    matrices = mix_matrices(a, v, tau) holds the unit atoms a_k and values v_k.
+    """sum_k sinh(u_k) v_k / sum_k cosh(u_k) with u_k = <x, a_k> / tau for unit vectors x, each against its own
+    codebook: vectors (M, A, W) -> (M, A, V), where matrices = mix_matrices of the A codebooks' unit atoms a_k,
+    values v_k and taus.
 
     Stable for any tau > 1/80: as x and a_k are unit vectors, |u| <= 1/tau, so subtracting that bound (rather than
     each row's max|u|) keeps every e^(+-u - 1/tau) in [e^(-2/tau), 1] and the denominator above 128 e^(-1/tau).
-    Written for few memory passes, as this is the hot loop of an arm: one matmul gives [u, -u] already shifted (x
-    gains a column of ones), one in-place exp, and one matmul against [[v, 1], [-v, 1]] gives sum sinh(u) v and
+    Written for few passes, as this is the hot loop of an arm: one matmul gives [u, -u] already shifted for every
+    codebook (x gains a column of ones; block-diagonal, as a CPU multiplies one wide 2-D matrix far faster than a
+    batch of thin ones), one in-place exp, and one matmul against [[v, 1], [-v, 1]] gives sum sinh(u) v and
     sum cosh(u) together (the 1/2s cancel). It runs in float32 at least, whatever the caller's dtype or autocast:
     a CPU exponentiates float32 twice as fast as bfloat16; the result comes back in the caller's dtype."""
-    dtype = torch.promote_types(vectors.dtype, torch.float32)
+    (count, codebooks), dtype = vectors.shape[:2], torch.promote_types(vectors.dtype, torch.float32)
     with torch.autocast(vectors.device.type, enabled=False):
         shifted_atoms, signed_values = (matrix.to(dtype) for matrix in matrices)
-        exponentials = (torch.cat([vectors.to(dtype), vectors.new_ones(vectors.shape[0], 1, dtype=dtype)], 1)
-                        @ shifted_atoms).exp_()  # (M, 2K): e^(u - 1/tau), e^(-u - 1/tau)
-        sums = exponentials @ signed_values  # (M, V + 1)
-        return (sums[:, :-1] / sums[:, -1:]).to(vectors.dtype)
+        flat = vectors.reshape(count, -1).to(dtype)
+        exponentials = (torch.cat([flat, flat.new_ones(count, 1)], 1) @ shifted_atoms).exp_()  # e^(+-u - 1/tau)
+        sums = (exponentials @ signed_values).view(count, codebooks, -1)  # (M, A, V + 1)
+        return (sums[..., :-1] / sums[..., -1:]).to(vectors.dtype)
 
 
 class ArmSite(nn.Module):
@@ -76,32 +82,61 @@ class ArmSite(nn.Module):
         self.gate = nn.Parameter(torch.tensor(GATE_INIT))
 
 
-def add_arms(hidden, slots, weights, sites):
-    """hidden + sum_k weights[:, k] * delta_k(hidden) for the ArmSites `sites` of one block, given hidden (N, D),
-    every site's slot projection P_k hidden concatenated (N, A' S) and weights (N, A'). One arm's delta, per token
-    x (the spec's maths):
+class ArmWeights(NamedTuple):
+    """What add_arms needs of A' sites, derived from their parameters alone (arm_weights). Slot rows and W_in's
+    inputs come in (group, arm, width) order, so that the arms' slot groups lie side by side in memory."""
+    slot_weight: torch.Tensor  # (G A' 4, D) the slot projections P_k, rows in (group, arm, width) order
+    mix: tuple  # mix_matrices of the sites' normalised codebooks, with the atoms as values
+    head_in_weight: torch.Tensor  # (G A' 4, A' H) each W_in^T, block-diagonal over the arms
+    head_in_bias: torch.Tensor  # (A' H,)
+    gates: torch.Tensor  # (A',) sigmoid(g)
+    out_weight: torch.Tensor  # (A' H + A', D) each (W_out diag(gamma))^T, then each W_out beta + b_out: the
+    #                           LayerNorm's affine folded into the output projection
+    eps: float  # LayerNorm's epsilon
+
+
+def arm_weights(sites):
+    """ArmWeights of the ArmSites `sites`; differentiable, so training derives them on every step."""
+    count, groups = len(sites), SLOTS // GROUP_WIDTH
+    hidden_size = sites[0].slots.weight.shape[1]
+    slot_weight = torch.stack([site.slots.weight.view(groups, GROUP_WIDTH, hidden_size) for site in sites], 1)
+    atoms = [F.normalize(site.codebook, dim=-1) for site in sites]
+    one_hot = torch.eye(count, dtype=slot_weight.dtype, device=slot_weight.device)
+    head_in_weight = torch.stack([  # (G, A', 4, A', H): arm k's W_in^T in the k-th diagonal block, zeros elsewhere
+        site.head_in.weight.T.reshape(groups, GROUP_WIDTH, 1, HEAD_WIDTH) * one_hot[k].view(1, 1, count, 1)
+        for k, site in enumerate(sites)], 1)
+    return ArmWeights(
+        slot_weight=slot_weight.reshape(-1, hidden_size),
+        mix=mix_matrices(atoms, atoms, [site.tau for site in sites]),
+        head_in_weight=head_in_weight.reshape(groups * count * GROUP_WIDTH, count * HEAD_WIDTH),
+        head_in_bias=torch.cat([site.head_in.bias for site in sites]),
+        gates=torch.sigmoid(torch.stack([site.gate for site in sites])),
+        out_weight=torch.cat([*((site.head_out.weight * site.head_norm.weight).T for site in sites),
+                              torch.stack([site.head_out(site.head_norm.bias) for site in sites])]),
+        eps=sites[0].head_norm.eps)
+
+
+def add_arms(hidden, slots, weights, arms):
+    """hidden + sum_k weights[:, k] * delta_k(hidden) for A' arm sites, given hidden (N, D), their slots
+    hidden @ arms.slot_weight^T (N, G A' 4), weights (N, A') and the sites' ArmWeights `arms`. One arm's delta, per
+    token x (the spec's maths):
 
         s = P x as G groups s_j of width 4, each L2-normalised;  u_jk = <s_j, a_k> / tau over the unit atoms a_k
         m_j = sum_k sinh(u_jk) a_k / sum_k cosh(u_jk);  f = LayerNorm(ReLU(W_in concat_j m_j + b_in)^2)
         delta = sigmoid(g) (W_out f + b_out)
 
-    The arms share their big steps, because a CPU spends an arm's time in many small passes: the slot projection
-    comes in one matmul with the dispatch's (AmoeLayer), and ONE output matmul takes the arms' concatenated
-    features, scaled per token by w_k sigmoid(g_k), with LayerNorm's affine folded into W_out (W_out diag(gamma)
-    and W_out beta + b_out), and adds them to hidden."""
-    arms, tokens = len(sites), hidden.shape[0]
-    slots = F.normalize(slots.view(tokens, arms, SLOTS // GROUP_WIDTH, GROUP_WIDTH), dim=-1)  # (N, A', G, 4)
-    features = []
-    for k, site in enumerate(sites):
-        atoms = F.normalize(site.codebook, dim=-1)  # (K, 4)
-        addressed = sinh_cosh_mix(slots[:, k].reshape(-1, GROUP_WIDTH), mix_matrices(atoms, atoms, site.tau))
-        features.append(F.relu(site.head_in(addressed.reshape(tokens, SLOTS))).square())  # m_j (N G, 4) -> (N, H)
-    features = F.layer_norm(torch.stack(features, dim=1), (HEAD_WIDTH,), eps=sites[0].head_norm.eps)  # (N, A', H)
-    coefficient = weights * torch.sigmoid(torch.stack([site.gate for site in sites]))  # (N, A')
-    scaled = (features * coefficient.unsqueeze(-1)).view(tokens, arms * HEAD_WIDTH)
-    out_weight = torch.cat([(site.head_out.weight * site.head_norm.weight).T for site in sites])  # (A' H, D)
-    out_bias = torch.stack([site.head_out(site.head_norm.bias) for site in sites])  # W_out beta + b_out (A', D)
-    return torch.addmm(hidden, torch.cat([scaled, coefficient], dim=1), torch.cat([out_weight, out_bias]))
+    Every arm goes through each step at once, because a CPU spends an arm's time in many small passes: the slots
+    come in one matmul with the dispatch's keys (AmoeLayer), the address and W_in are block-diagonal matmuls, and
+    ONE output matmul takes the arms' features scaled per token by w_k sigmoid(g_k) (the LayerNorm's affine folded
+    into the output projection) and adds them onto hidden."""
+    count, tokens = weights.shape[1], hidden.shape[0]
+    groups = F.normalize(slots.reshape(-1, count, GROUP_WIDTH), dim=-1)  # (N G, A', 4) s_j
+    addressed = sinh_cosh_mix(groups, arms.mix).view(tokens, -1)  # (N, G A' 4) m_j
+    features = F.relu(torch.addmm(arms.head_in_bias, addressed, arms.head_in_weight)).square()  # (N, A' H)
+    features = F.layer_norm(features.view(tokens, count, HEAD_WIDTH), (HEAD_WIDTH,), eps=arms.eps)
+    coefficient = weights * arms.gates  # (N, A')
+    scaled = (features * coefficient.unsqueeze(-1)).view(tokens, count * HEAD_WIDTH)
+    return torch.addmm(hidden, torch.cat([scaled, coefficient], dim=1), arms.out_weight)
 
 
 class Arm(nn.Module):
@@ -127,12 +162,17 @@ class BlockDispatch(nn.Module):
         self.routing_keys = nn.Parameter(torch.empty(num_arms, KEY_WIDTH))
         nn.init.orthogonal_(self.routing_keys)
 
-    def forward(self, keys):
-        """keys = hidden @ key_projection.T (N, 64) -> w / z (N, A): sinh(u_k) / sum over the whole roster of
-        cosh(u_j). The caller projects, so that AmoeLayer folds K into the arms' slot matmul."""
+    def routing_mix(self):
+        """mix_matrices of the normalised routing keys with one-hot values: sinh_cosh_mix then gives w / z."""
         routing_keys = F.normalize(self.routing_keys, dim=-1)  # (A, 64)
         identity = torch.eye(routing_keys.shape[0], dtype=routing_keys.dtype, device=routing_keys.device)
-        return sinh_cosh_mix(F.normalize(keys, dim=-1), mix_matrices(routing_keys, identity, self.tau))
+        return mix_matrices([routing_keys], [identity], [self.tau])
+
+    def forward(self, keys, routing_mix):
+        """keys = hidden @ key_projection.T (N, 64) -> w / z (N, A): sinh(u_k) / sum over the whole roster of
+        cosh(u_j). The caller projects, so that AmoeLayer folds K into the arms' slot matmul, and hands over
+        routing_mix(), which it keeps between calls."""
+        return sinh_cosh_mix(F.normalize(keys, dim=-1)[:, None], routing_mix)[:, 0]
 
 
 class Dispatch(nn.Module):
@@ -158,16 +198,48 @@ class AmoeLayer(nn.Module):
         self.dispatch = dispatch.blocks[index]
         self.roster = dispatch.roster
         self.enabled = enabled
+        self.kept = None  # (the sources' states, the derived weights) from the last call without autograd
 
     def forward(self, hidden, *args, **kwargs):
         output = self.base_layer(hidden, *args, **kwargs)  # (N, D) packed tokens
         if not self.enabled:
             return output
+        columns, projection, routing_mix, arms = self.derived_weights()
+        projected = output @ projection  # (N, 64 + A' S): dispatch keys and every enabled arm's slots
+        weights = self.dispatch(projected[:, :KEY_WIDTH], routing_mix)[:, columns]  # (N, A') w_k / z, z over roster
+        return add_arms(output, projected[:, KEY_WIDTH:], weights, arms)
+
+    def derived_weights(self):
+        """(enabled roster columns, [K; the enabled sites' slot_weight]^T, the dispatch's routing_mix, their
+        ArmWeights): everything the forward pass derives from parameters alone.
+
+        With autograd on (training) they are derived afresh on every call. Without it (inference) they are kept
+        and reused while the enabled arms and every source tensor stay the same: the same tensor objects, holding
+        the same storage, with unchanged in-place version counters (an optimizer step, load_state_dict, copy_ or
+        .to() all change one of these), and the same taus."""
         columns = [k for k, name in enumerate(self.roster) if name in self.enabled]
         sites = [self.sites[self.roster[k]] for k in columns]
-        projected = output @ torch.cat([self.dispatch.key_projection, *(site.slots.weight for site in sites)]).T
-        weights = self.dispatch(projected[:, :KEY_WIDTH])[:, columns]  # (N, A') w_k / z, z over the whole roster
-        return add_arms(output, projected[:, KEY_WIDTH:], weights, sites)
+        sources = [self.dispatch.key_projection, self.dispatch.routing_keys,
+                   *(tensor for site in sites for tensor in site.parameters())]
+        if torch.is_grad_enabled() or any(tensor.is_inference() for tensor in sources):
+            self.kept = None  # inference tensors keep no version counter, so nothing derived from them is kept
+            return self._derive(columns, sites)
+        states = (columns, self.dispatch.tau, [site.tau for site in sites],
+                  [(tensor, tensor.detach(), tensor._version) for tensor in sources])  # detach(): pins the storage
+        if self.kept is None or not self._same_sources(self.kept[0], states):
+            self.kept = states, self._derive(columns, sites)
+        return self.kept[1]
+
+    @staticmethod
+    def _same_sources(kept, now):
+        return kept[:3] == now[:3] and len(kept[3]) == len(now[3]) and all(
+            tensor is kept_tensor and tensor.data_ptr() == pinned.data_ptr() and version == kept_version
+            for (kept_tensor, pinned, kept_version), (tensor, _, version) in zip(kept[3], now[3]))
+
+    def _derive(self, columns, sites):
+        arms = arm_weights(sites)
+        projection = torch.cat([self.dispatch.key_projection, arms.slot_weight]).T
+        return columns, projection, self.dispatch.routing_mix(), arms
 
 
 def wrap_layers(layers, arms, dispatch, enabled):

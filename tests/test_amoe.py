@@ -7,8 +7,9 @@ import math
 import pytest
 import torch
 
-from shared_modeling.amoe import (Arm, ArmSite, Dispatch, add_arms, content_hash, load_arm, load_dispatch, save_arm,
-                                  mix_matrices, save_dispatch, sinh_cosh_mix, trunk_hash, unwrap_layers, wrap_layers)
+from shared_modeling.amoe import (Arm, ArmSite, Dispatch, add_arms, arm_weights, content_hash, load_arm, load_dispatch,
+                                  mix_matrices, save_arm, save_dispatch, sinh_cosh_mix, trunk_hash, unwrap_layers,
+                                  wrap_layers)
 from shared_modeling.layers import Encoder
 
 
@@ -25,16 +26,27 @@ def test_sinh_cosh_mix_is_exact_and_stable():
     for tau in (0.1, 0.02):  # 0.02: |u| up to 50, and e^50 overflows float16
         u = vectors @ atoms.T / tau
         expected = torch.sinh(u) @ values / torch.cosh(u).sum(dim=-1, keepdim=True)
-        torch.testing.assert_close(sinh_cosh_mix(vectors, mix_matrices(atoms, values, tau)), expected)
-        single = sinh_cosh_mix(vectors.float(), mix_matrices(atoms.float(), values.float(), tau))
+        torch.testing.assert_close(mix(vectors, atoms, values, tau), expected)
+        single = mix(vectors.float(), atoms.float(), values.float(), tau)
         assert single.dtype == torch.float32 and torch.isfinite(single).all()
         torch.testing.assert_close(single.double(), expected, atol=1e-5, rtol=1e-5)
-    low = sinh_cosh_mix(vectors.bfloat16(), mix_matrices(atoms.bfloat16(), values.bfloat16(), 0.1))
+    low = mix(vectors.bfloat16(), atoms.bfloat16(), values.bfloat16(), 0.1)
     assert low.dtype == torch.bfloat16  # computed in float32, returned in the caller's dtype
-    assert torch.autograd.gradcheck(lambda x: sinh_cosh_mix(x, mix_matrices(atoms, values, 0.1)),
-                                    (vectors.clone().requires_grad_(),))
+    assert torch.autograd.gradcheck(lambda x: mix(x, atoms, values, 0.1), (vectors.clone().requires_grad_(),))
     with pytest.raises(ValueError, match="tau must exceed 1/80"):
-        mix_matrices(atoms, values, 0.01)
+        mix_matrices([atoms], [values], [0.01])
+    # several codebooks at once (block-diagonal): each vector column against its own codebook and tau
+    other_atoms = torch.nn.functional.normalize(torch.randn(7, 4, dtype=torch.float64), dim=-1)
+    other_values = torch.randn(7, 3, dtype=torch.float64)
+    together = sinh_cosh_mix(torch.stack([vectors, vectors.flip(0)], 1),
+                             mix_matrices([atoms, other_atoms], [values, other_values], [0.1, 0.05]))
+    torch.testing.assert_close(together[:, 0], mix(vectors, atoms, values, 0.1))
+    torch.testing.assert_close(together[:, 1], mix(vectors.flip(0), other_atoms, other_values, 0.05))
+
+
+def mix(vectors, atoms, values, tau):
+    """sinh_cosh_mix of (M, W) vectors against one codebook."""
+    return sinh_cosh_mix(vectors[:, None], mix_matrices([atoms], [values], [tau]))[:, 0]
 
 
 def spec_delta(site, hidden):
@@ -68,8 +80,11 @@ def test_add_arms_computes_the_spec_for_every_arm_at_once(arms):
         (output * probe).sum().backward()
         return output.detach(), [p.grad.clone() for site in sites for p in site.parameters()]
 
-    slots = hidden @ torch.cat([site.slots.weight for site in sites]).T  # what AmoeLayer hands over
-    fused, fused_grads = values_and_gradients(lambda: add_arms(hidden, slots, weights, sites))
+    def fused():  # as AmoeLayer calls it
+        arms = arm_weights(sites)
+        return add_arms(hidden, hidden @ arms.slot_weight.T, weights, arms)
+
+    fused, fused_grads = values_and_gradients(fused)
     spec, spec_grads = values_and_gradients(
         lambda: hidden + sum(weights[:, k:k + 1] * spec_delta(site, hidden) for k, site in enumerate(sites)))
     torch.testing.assert_close(fused, spec)
@@ -84,9 +99,9 @@ def test_dispatch_weights_one_arm_is_tanh_and_the_budget_is_below_one():
     single = Dispatch(["a"], 64, num_blocks=1).blocks[0]
     keys = torch.nn.functional.normalize(hidden @ single.key_projection.T, dim=-1)
     u = keys @ torch.nn.functional.normalize(single.routing_keys, dim=-1).T / single.tau
-    torch.testing.assert_close(single(hidden @ single.key_projection.T), torch.tanh(u))
+    torch.testing.assert_close(single(hidden @ single.key_projection.T, single.routing_mix()), torch.tanh(u))
     three = Dispatch(["a", "b", "c"], 64, num_blocks=1).blocks[0]
-    weights = three(hidden @ three.key_projection.T)
+    weights = three(hidden @ three.key_projection.T, three.routing_mix())
     assert (weights.abs().sum(dim=-1) < 1).all() and (weights < 0).any()  # inhibition is allowed
 
 
@@ -150,6 +165,40 @@ def test_a_fresh_arm_is_exactly_inert():
     assert math.isclose(torch.sigmoid(torch.tensor(-3.0)).item(), torch.sigmoid(Arm(64, 1).blocks[0].gate).item())
 
 
+
+def test_weights_kept_between_calls_follow_every_change_of_the_arms():
+    """Without autograd an AmoeLayer keeps what it derives from the parameters (AmoeLayer.derived_weights); every
+    way of changing an arm must still reach the output, which must equal a pass that derives everything afresh."""
+    encoder = tiny_encoder()
+    hidden, mask = torch.randn(2, 6, 64), torch.ones(2, 6, dtype=torch.long)
+    arms = {"a": trained_like(Arm(64, 2)), "b": trained_like(Arm(64, 2))}
+    enabled = ["a", "b"]
+    wrap_layers(encoder.layers, arms, Dispatch(["a", "b"], 64, 2), enabled)
+
+    def kept_and_fresh():
+        kept = encode(encoder, hidden, mask)
+        with torch.enable_grad():  # autograd on: derived afresh, nothing kept
+            fresh = encoder(hidden, mask, "sdpa").detach()
+        assert encoder.layers[0].kept is None
+        return kept, fresh
+
+    def check(change):
+        before = encode(encoder, hidden, mask)
+        assert encoder.layers[0].kept is not None
+        with torch.no_grad():
+            change()
+        kept, fresh = kept_and_fresh()
+        torch.testing.assert_close(kept, fresh, rtol=0, atol=1e-6)
+        assert not torch.equal(kept, before)
+
+    site = arms["a"].blocks[1]
+    check(lambda: site.head_out.weight.add_(0.25))  # in place, as an optimizer step does
+    check(lambda: arms["b"].load_state_dict(trained_like(Arm(64, 2)).state_dict()))  # copy_ into every parameter
+    check(lambda: setattr(site.head_in.weight, "data", site.head_in.weight.data * 2))  # new storage, same object
+    check(lambda: setattr(site, "codebook", torch.nn.Parameter(torch.randn(64, 4))))  # a new parameter object
+    check(lambda: setattr(site, "tau", 0.05))
+    check(lambda: enabled.remove("a"))
+
 # ---- files -------------------------------------------------------------------------------------------------------
 
 def test_arm_and_dispatch_files_round_trip_and_keep_the_roster_order(tmp_path):
@@ -167,7 +216,8 @@ def test_arm_and_dispatch_files_round_trip_and_keep_the_roster_order(tmp_path):
     hidden = torch.randn(5, 64)
     keys = hidden @ dispatch.blocks[1].key_projection.T
     assert torch.equal(restored.blocks[1].key_projection, dispatch.blocks[1].key_projection)
-    assert torch.equal(restored.blocks[1](keys), dispatch.blocks[1](keys))
+    assert torch.equal(restored.blocks[1](keys, restored.blocks[1].routing_mix()),
+                       dispatch.blocks[1](keys, dispatch.blocks[1].routing_mix()))
 
 
 def test_arm_files_refuse_other_trunks_corruption_truncation_and_wrong_kinds(tmp_path):

@@ -20,7 +20,7 @@ def test_bench_tiny_run_writes_finite_positive_ratios(tmp_path, data_dir):
     shipped = len(json.loads((bench.CAPTIONBERT / "amoe" / "arms" / "ARMS.json").read_text())["roster"])
     arms = list(dict.fromkeys((shipped, 3)))  # the shipped collective's size and --arms
     rows = report["rows"]
-    assert len(rows) == 12 + 2 * (len(arms) + 1) + 1  # (6): per dtype each size on and every arm off; off == bare
+    assert len(rows) == 12 + 2 * (len(arms) + 1) + 2  # (6): per dtype each size and all off; the floor; off == bare
     for row in rows:
         for key in ("ours", "reference", "ratio"):
             assert math.isfinite(row[key]) and row[key] > 0, (row["name"], key, row[key])
@@ -35,3 +35,21 @@ def test_bench_tiny_run_writes_finite_positive_ratios(tmp_path, data_dir):
     assert report["amoe"] == {"shipped_arms": shipped, "arms": arms, "off_equals_bare": True,
                               "on_differs_from_bare": True}
     assert set(report["seconds"]["glyph"]) == {"pytorch fp32", "gguf f32", "gguf f16"}
+
+
+def test_arm_flop_count_matches_the_counted_matmuls_of_one_arm():
+    """arm_flops_per_token (from the spec) against torch's FLOP counter on one token through one wrapped block: with a
+    single arm the block-diagonal matmuls waste nothing, and the only extra is the folded output bias (one row of
+    the output matmul, 2 x 512)."""
+    import torch
+    from torch.utils.flop_counter import FlopCounterMode
+
+    from shared_modeling.amoe import AmoeLayer, Arm, Dispatch
+
+    arm, dispatch = {"a": Arm(512, 1)}, Dispatch(["a"], 512, 1)
+    layer = AmoeLayer(torch.nn.Identity(), 0, arm, dispatch, ["a"])
+    with torch.no_grad():
+        layer.derived_weights()  # kept from now on, so the count below is the per-token work alone
+        with FlopCounterMode(display=False) as counter:
+            layer(torch.randn(1, 512))
+    assert counter.get_total_flops() == bench.arm_flops_per_token(512, 1) + 2 * 512

@@ -24,7 +24,9 @@ captions, tokenized by captionbert's tokenizer. One run measures:
      outputs, written as arm files; speed does not depend on the weights) vs the bare trunk, fp32 and bf16, at two
      sizes: the shipped collective's (its roster in captionbert-8192-v2/amoe/arms/ARMS.json; target <= 1.15x the
      bare latency) and `--arms` (3, the published collective's size; reported). With every arm off (amoe_off) the
-     embeddings must equal the bare trunk's bit for bit (target: equal), and its latency is reported beside.
+     embeddings must equal the bare trunk's bit for bit (target: equal), and its latency is reported beside. Also
+     reported: the arithmetic floor of the shipped size, (model FLOPs of (2) + the arms' FLOPs counted from the
+     spec) / model FLOPs, the latency ratio a kernel running the arms at the trunk's FLOP rate would reach.
   7. glyph-embedder-v2: embeddings per second of its GGUF in llama.cpp (llama-cpp-python; f32 and f16) vs PyTorch
      fp32 (RobertaModel + masked mean pool, batches of --batch-size) on the same generated glyph strings, a random
      model of the published shape with a BPE tokenizer trained on those strings. Reported, no target.
@@ -60,7 +62,8 @@ from torch import nn
 from tqdm.auto import tqdm
 from transformers import AutoConfig, AutoModel, AutoTokenizer, BertConfig, BertModel
 
-from shared_modeling.amoe import Arm, Dispatch, save_arm, save_dispatch, trunk_hash
+from shared_modeling.amoe import (ATOMS, GROUP_WIDTH, HEAD_WIDTH, KEY_WIDTH, SLOTS, Arm, Dispatch, save_arm,
+                                  save_dispatch, trunk_hash)
 from shared_modeling.pooling import l2_normalize, masked_mean_pool
 from tools import corpus, distill_captionbert, encoders, export_gguf, runs
 
@@ -177,6 +180,17 @@ def long_input(config, attn_implementation):
     if result.returncode:
         raise RuntimeError(f"long-input subprocess ({attn_implementation}) failed:\n{result.stderr[-3000:]}")
     return json.loads(result.stdout.splitlines()[-1])
+
+
+def arm_flops_per_token(hidden, arms):
+    """Multiply-adds x 2 that `arms` enabled arms and their dispatch add per token at one block, counted from the
+    spec's maths (amoe.md), not from any implementation: the dispatch's key projection and routing (A keys, each
+    with a sinh and a cosh), and per arm the slot projection, the address of each slot group over 2K exponentials
+    and back, W_in and W_out."""
+    dispatch = KEY_WIDTH * hidden + 2 * arms * (KEY_WIDTH + 1) + 2 * arms * (arms + 1)
+    address = SLOTS // GROUP_WIDTH * 2 * (2 * ATOMS * (GROUP_WIDTH + 1))
+    arm = SLOTS * hidden + address + SLOTS * HEAD_WIDTH + HEAD_WIDTH * hidden
+    return 2 * (dispatch + arms * arm)
 
 
 def write_random_collective(folder, model, arms, seed):
@@ -402,6 +416,10 @@ def main(argv=None):
                                 ours, bare, ours / bare, ("<=", 1.15) if arms == shipped else None))
             ours = statistics.median(latency["arms off"])
             rows.append(row(f"(6) encode {dtype}: every arm off vs bare trunk (latency)", "s", ours, bare, ours / bare))
+        arm_flops = (arm_flops_per_token(shape["hidden_size"], shipped) * sum(lengths)
+                     * shape["num_hidden_layers"])
+        rows.append(row(f"(6) arithmetic floor of {shipped} arm(s): (model + arm FLOPs) / model FLOPs", "GFLOP",
+                        (flops + arm_flops) / 1e9, flops / 1e9, (flops + arm_flops) / flops))
         rows.append(row("(6) fp32 embeddings, every arm off vs bare trunk: equal", "bool",
                         float(report["amoe"]["off_equals_bare"]), 1.0, float(report["amoe"]["off_equals_bare"]),
                         (">=", 1.0)))
