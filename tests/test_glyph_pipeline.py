@@ -113,7 +113,7 @@ def test_training_records_itself(trained):
     metrics = json.loads((trained / "metrics.json").read_text())
     assert metrics["mlm"]["steps"] == 12 and metrics["contrastive"]["steps"] == 12
     assert [p["step"] for p in metrics["history"]["contrastive"]["validation"]] == [6, 12]
-    assert 0 <= metrics["contrastive"]["validation"]["win_rate"] <= 1
+    assert all(0 <= metrics["contrastive"]["validation"][key] <= 1 for key in ("win_rate", "mirror_flip_win_rate"))
     assert (trained / "training_curve.png").stat().st_size > 0
     assert list((trained / "tensorboard").iterdir())
 

@@ -12,15 +12,16 @@ positions: 6,407,168 parameters with the tokenizer's 6,000-token vocabulary), th
 mean of the last hidden states, L2-normalised.
 Stage 1: RobertaForMaskedLM, 15% of tokens masked (80% <mask>, 10% random, 10% kept).
 Stage 2: its encoder with InfoNCE of each anchor against every paraphrase of the batch plus every mutation of the
-batch (the anchor's own mutation is its hard negative). Both stages: pure AdamW (weight decay 0.01), linear warm-up
-then linear decay, bf16 autocast on the forward pass; batches are seeded shuffles whose order depends only on
-(seed, epoch), so a resumed run sees the same batches.
+batch (the anchor's own mutation is its hard negative). Validation also tracks the win rate on mirror flips (a⇒b ->
+a⇐b, whose tokens are those of the paraphrase b⇐a, so only their order tells them apart), the weakest families.
+Both stages: pure AdamW (weight decay 0.01), linear warm-up then linear decay, bf16 autocast on the forward pass;
+batches are seeded shuffles whose order depends only on (seed, epoch), so a resumed run sees the same batches.
 
 The out folder gets: checkpoint-mlm.pt and checkpoint-contrastive.pt (model, optimiser, schedule, RNG, history;
-written atomically),
-mlm/ (the stage-1 model), tensorboard/, metrics.json (history, final validation win rate and MRR@10 on
-validation.jsonl, which holds training atoms never seen in training), training_curve.png, and final/, a
-sentence-transformers folder (Transformer -> mean Pooling -> Normalize) that loads with no custom code.
+written atomically), mlm/ (the stage-1 model), tensorboard/, metrics.json (history, final validation win rate,
+MRR@10 and mirror-flip win rate on validation.jsonl, which holds training atoms never seen in training),
+training_curve.png, and final/, a sentence-transformers folder (Transformer -> mean Pooling -> Normalize) that loads
+with no custom code.
 """
 
 import argparse
@@ -52,6 +53,9 @@ from shared_modeling.pooling import l2_normalize, masked_mean_pool
 from tools import runs
 from tools.build_glyph_corpus import read_triples
 from tools.evaluate_glyph import score_embeddings
+from tools.glyph.grammar import INVERSE_PAIRS, MIRROR
+
+MIRROR_FLIPS = {f"{a}/{b}" for a, b in INVERSE_PAIRS if MIRROR.get(a) == b}  # mutation families: a⇒b -> a⇐b
 
 
 @dataclass
@@ -327,7 +331,11 @@ def main(argv=None):
 
         def validate():
             scores = score_embeddings(encode, validation, len(validation))
-            return {"win_rate": scores["win_rate"], "mrr_at_10": scores["mrr_at_10"]}
+            mirror = [family for name, family in scores["families"].items() if name in MIRROR_FLIPS]
+            mirror_win_rate = (sum(family["win_rate"] * family["triples"] for family in mirror)
+                               / max(1, sum(family["triples"] for family in mirror)))
+            return {"win_rate": scores["win_rate"], "mrr_at_10": scores["mrr_at_10"],
+                    "mirror_flip_win_rate": mirror_win_rate}
 
         contrastive_history = run_stage("contrastive", encoder, config.contrastive_steps,
                                         config.contrastive_learning_rate, contrastive_loss, config, writer, validate)
