@@ -24,3 +24,31 @@ def erank(embeddings):
     centred = embeddings.double() - embeddings.double().mean(dim=0, keepdim=True)
     power = torch.linalg.svdvals(centred) ** 2  # s^2
     return (power.sum() ** 2 / (power**2).sum()).item()
+
+
+def cayley_menger_volume(points):
+    """Volume of the 4-simplex (pentachoron) spanned by 5 points, batched: points (..., 5, D) -> (...).
+
+    From the points' pairwise squared distances alone: vol^2 = -det(CM) / 9216, where CM is the 6 x 6 Cayley-Menger
+    matrix [[0, 1^T], [1, D2]] (D2 the 5 x 5 squared distances; 9216 = 2^4 (4!)^2). A degenerate simplex has volume
+    0 (a slightly negative vol^2 from rounding is clamped to 0)."""
+    if points.shape[-2] != 5:
+        raise ValueError(f"a pentachoron has 5 vertices, got {points.shape[-2]} points")
+    gram = points @ points.transpose(-1, -2)
+    norms = gram.diagonal(dim1=-2, dim2=-1)
+    squared = norms.unsqueeze(-1) + norms.unsqueeze(-2) - 2 * gram  # (..., 5, 5)
+    cayley_menger = squared.new_ones(*squared.shape[:-2], 6, 6)
+    cayley_menger[..., 0, 0] = 0
+    cayley_menger[..., 1:, 1:] = squared
+    return (-torch.linalg.det(cayley_menger) / 9216).clamp(min=0).sqrt()
+
+
+def pentachoron_cv(points, samples, generator=None):
+    """Coefficient of variation std / mean of the volumes of `samples` random 5-point subsets of points (N, D),
+    N >= 5 (each subset drawn without repetition): how evenly a cloud fills space at the scale of 4-simplices."""
+    count = points.shape[0]
+    if count < 5:
+        raise ValueError(f"pentachoron CV needs at least 5 points, got {count}")
+    subsets = torch.rand(samples, count, generator=generator, device=points.device).argsort(dim=1)[:, :5]
+    volumes = cayley_menger_volume(points[subsets])  # (samples,)
+    return volumes.std() / volumes.mean()

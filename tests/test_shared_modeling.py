@@ -5,7 +5,7 @@ import math
 import pytest
 import torch
 
-from shared_modeling.geometry import erank, self_cos
+from shared_modeling.geometry import cayley_menger_volume, erank, pentachoron_cv, self_cos
 from shared_modeling.layers import Encoder, TokenLayout, attention
 from shared_modeling.losses import per_sample_mse, symmetric_info_nce
 from shared_modeling.pooling import l2_normalize, masked_mean_pool
@@ -128,3 +128,30 @@ def test_encoder_trains_through_the_packed_path():
     masked_mean_pool(encoder(hidden, mask, "sdpa"), mask).pow(2).sum().backward()
     assert all(p.grad is not None and torch.isfinite(p.grad).all() for p in encoder.parameters())
     assert hidden.grad[0, 4:].abs().sum() == 0 and hidden.grad[0, :4].abs().sum() > 0  # padding gets no gradient
+
+
+def test_cayley_menger_volume_of_a_regular_simplex_equals_the_closed_form():
+    # A regular n-simplex of edge a has volume a^n / n! * sqrt((n + 1) / 2^n); n = 4: a^4 sqrt(5) / 96.
+    # The 5 unit basis vectors of R^5 are one, with edge sqrt(2), embedded here in R^7 and moved around.
+    vertices = torch.cat([torch.eye(5, dtype=torch.float64), torch.zeros(5, 2, dtype=torch.float64)], dim=1)
+    rotation = torch.linalg.qr(torch.randn(7, 7, dtype=torch.float64, generator=torch.Generator().manual_seed(0))).Q
+    for edge in (math.sqrt(2), 3.0):
+        points = vertices * edge / math.sqrt(2) @ rotation + torch.randn(7, dtype=torch.float64)
+        assert math.isclose(cayley_menger_volume(points).item(), edge ** 4 * math.sqrt(5) / 96, rel_tol=1e-9)
+    flat = vertices.clone()
+    flat[4] = (flat[0] + flat[1]) / 2  # a vertex on an edge: no 4-volume
+    batch = cayley_menger_volume(torch.stack([vertices, flat]))
+    assert batch.shape == (2,) and batch[1].item() < 1e-6 and math.isclose(batch[0].item(), math.sqrt(5) / 24)
+    with pytest.raises(ValueError, match="5 vertices"):
+        cayley_menger_volume(vertices[:4])
+
+
+def test_pentachoron_cv_is_scale_free_and_zero_for_equal_volumes():
+    cloud = torch.randn(40, 16, dtype=torch.float64)
+    first = pentachoron_cv(cloud, 256, torch.Generator().manual_seed(1))
+    scaled = pentachoron_cv(cloud * 7.5, 256, torch.Generator().manual_seed(1))
+    assert 0 < first.item() and math.isclose(first.item(), scaled.item(), rel_tol=1e-9)
+    simplex = torch.eye(5, dtype=torch.float64)  # every 5-subset is the same regular simplex
+    assert pentachoron_cv(simplex, 8).item() < 1e-9
+    with pytest.raises(ValueError, match="at least 5 points"):
+        pentachoron_cv(cloud[:4], 8)
