@@ -20,6 +20,7 @@ SOURCE = ROOT / "shared_modeling"
 # Hub folder -> the shared_modeling modules it vendors (every module a vendored module imports must be listed too).
 VENDORED = {
     "captionbert-8192-v2": ["layers", "pooling", "amoe"],
+    "geolip-clip-ctx576": ["pooling", "segments"],
 }
 
 RELATIVE_IMPORT = re.compile(r"^from \.(\w+) import ", flags=re.MULTILINE)

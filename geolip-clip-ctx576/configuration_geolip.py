@@ -1,0 +1,78 @@
+"""Configuration of geolip-clip-ctx576: a frozen short-window text encoder extended to long texts by a trained
+geometric memory."""
+
+from huggingface_hub.dataclasses import strict
+from transformers import AutoConfig, PreTrainedConfig
+
+# The text tower of CLIP-ViT-L/14 (123M parameters, 768-d, 77 positions): the published base.
+CLIP_L_TEXT = {"hidden_size": 768, "intermediate_size": 3072, "num_attention_heads": 12, "num_hidden_layers": 12,
+               "projection_dim": 768, "max_position_embeddings": 77}
+
+
+@strict
+class GeolipConfig(PreTrainedConfig):
+    """Hyper-parameters of GeolipModel. The defaults are the published model (CLIP-L base, 18/14/32 segments).
+
+    base_model_type / base_config: the frozen base, built as AutoConfig.for_model(base_model_type, **base_config)
+        ("clip_text_model" with CLIP-L's text shape by default; any encoder AutoModel builds, e.g. "bert").
+    base_pooling: a segment's own embedding from the base's last hidden states: "eos" (the state at the closing
+        special token, as CLIP pools) or "mean" (masked mean, as sentence-transformers encoders pool).
+    fusion_layers: how many of the base's last hidden states (the output included) the layer fusion and the depth
+        compressor read.
+    segment_size / segment_stride / max_segments: content tokens per segment, the step between segment starts, and
+        the most segments of a text (together they cover segment_size + (max_segments - 1) * segment_stride tokens).
+    memory_slots / memory_layers / memory_heads: the memory bank's anchors, its cross-attention layers over the
+        segment anchors, and the attention heads of every cross-attention.
+    teacher_dim: width of the teacher the projector maps into (training only; ModernBERT-large: 1,024).
+    layer_norm_eps: epsilon of the memory system's LayerNorms.
+    """
+
+    model_type = "geolip"
+
+    base_model_type: str = "clip_text_model"
+    base_config: dict | None = None
+    base_pooling: str = "eos"
+    fusion_layers: int = 6
+    segment_size: int = 18
+    segment_stride: int = 14
+    max_segments: int = 32
+    memory_slots: int = 64
+    memory_layers: int = 2
+    memory_heads: int = 8
+    teacher_dim: int = 1024
+    layer_norm_eps: float = 1e-5
+
+    def __post_init__(self, **kwargs):
+        if self.base_config is None:
+            self.base_config = dict(CLIP_L_TEXT) if self.base_model_type == "clip_text_model" else {}
+        super().__post_init__(**kwargs)
+
+    @property
+    def base(self):
+        """The frozen base's own configuration object."""
+        return AutoConfig.for_model(self.base_model_type, **self.base_config)
+
+    def validate_architecture(self):
+        """Part of `@strict` validation: reject shapes the model cannot be built with."""
+        for name in ("fusion_layers", "segment_size", "segment_stride", "max_segments", "memory_slots",
+                     "memory_layers", "memory_heads", "teacher_dim"):
+            if getattr(self, name) <= 0:
+                raise ValueError(f"{name} must be positive, got {getattr(self, name)}")
+        if self.segment_stride > self.segment_size:
+            raise ValueError(f"segment_stride ({self.segment_stride}) above segment_size ({self.segment_size}) "
+                             f"would skip tokens")
+        if self.base_pooling not in ("eos", "mean"):
+            raise ValueError(f"base_pooling must be 'eos' or 'mean', got {self.base_pooling!r}")
+        base = self.base
+        if self.fusion_layers > base.num_hidden_layers + 1:
+            raise ValueError(f"fusion_layers ({self.fusion_layers}) exceeds the base's {base.num_hidden_layers} "
+                             f"layers + embeddings")
+        if self.segment_size + 2 > base.max_position_embeddings:
+            raise ValueError(f"a segment of {self.segment_size} tokens plus its two special tokens does not fit the "
+                             f"base's {base.max_position_embeddings} positions")
+        if base.hidden_size % self.memory_heads:
+            raise ValueError(f"the base's hidden_size ({base.hidden_size}) must be a multiple of memory_heads "
+                             f"({self.memory_heads})")
+
+
+__all__ = ["GeolipConfig"]

@@ -1,0 +1,241 @@
+"""geolip-clip-ctx576: a frozen short-window text encoder (CLIP-L's text tower in the published model) extended to
+long texts by a trained geometric memory.
+
+A text's content tokens are cut into overlapping segments (18 tokens every 14, at most 32: shared_segments.py), and
+every segment of every text runs through the frozen base in ONE batched call. Then, per segment:
+  layer fusion      a learned softmax-weighted sum of the base's last 6 hidden states -> fused token states;
+  depth compressor  the segment's 6-layer profile (its masked mean in each of those layers) -> one anchor;
+and the memory (`GeometricMemory`, 64 slots) runs over the segments in order, its state passed explicitly from
+segment to segment: the slots read the segment's fused tokens (cross-attention), then every anchor so far (2
+cross-attention layers: the bank), and a GRU gate decides how much of each slot to update. Finally the readout:
+the first segment's own base embedding attends to the final memory (memory -> base cross-attention), so the output
+stays in the base's embedding space and equals the truncated base plus what the memory adds.
+The teacher projector (hidden -> 1,024) is used in training only. Legend: B texts, S segments of the batch, T
+tokens per segment (segment_size + 2), L fused layers, D hidden, M memory slots.
+"""
+
+import sys
+import warnings
+
+import torch
+from torch import nn
+from tqdm.auto import tqdm
+from transformers import AutoModel, AutoTokenizer, PreTrainedModel
+from transformers.modeling_outputs import BaseModelOutputWithPooling
+
+from .configuration_geolip import GeolipConfig
+from .shared_pooling import l2_normalize, masked_mean_pool
+from .shared_segments import covered_tokens, segment_batch
+
+
+class CrossAttentionBlock(nn.Module):
+    """Pre-LayerNorm cross-attention then feed-forward, both residual: queries (B, Q, D) read keys (B, K, D), of
+    which key_mask (B, K) marks the real ones (every row needs one)."""
+
+    def __init__(self, hidden_size, heads, eps):
+        super().__init__()
+        self.query_norm = nn.LayerNorm(hidden_size, eps=eps)
+        self.key_norm = nn.LayerNorm(hidden_size, eps=eps)
+        self.attention = nn.MultiheadAttention(hidden_size, heads, batch_first=True)
+        self.feed_forward_norm = nn.LayerNorm(hidden_size, eps=eps)
+        self.feed_forward = nn.Sequential(nn.Linear(hidden_size, 4 * hidden_size), nn.GELU(),
+                                          nn.Linear(4 * hidden_size, hidden_size))
+
+    def forward(self, queries, keys, key_mask):
+        keys = self.key_norm(keys)
+        attended, _ = self.attention(self.query_norm(queries), keys, keys, key_padding_mask=~key_mask,
+                                     need_weights=False)
+        queries = queries + attended
+        return queries + self.feed_forward(self.feed_forward_norm(queries))
+
+
+class LayerFusion(nn.Module):
+    """softmax(w) weighted sum over the L hidden layers: (..., L, D) -> (..., D); starts as their plain mean."""
+
+    def __init__(self, layers):
+        super().__init__()
+        self.logits = nn.Parameter(torch.zeros(layers))
+
+    def forward(self, layers):
+        return torch.einsum("...ld,l->...d", layers, self.logits.softmax(dim=0))
+
+
+class DepthCompressor(nn.Module):
+    """A segment's depth profile (S, L, D), its masked mean in each layer, -> one anchor (S, D)."""
+
+    def __init__(self, layers, hidden_size, eps):
+        super().__init__()
+        self.net = nn.Sequential(nn.Linear(layers * hidden_size, hidden_size), nn.GELU(),
+                                 nn.Linear(hidden_size, hidden_size), nn.LayerNorm(hidden_size, eps=eps))
+
+    def forward(self, profile):
+        return self.net(profile.flatten(1))
+
+
+class GeometricMemory(nn.Module):
+    """The memory: a learned bank of M slots, updated once per segment by `step`. The state is an explicit tensor
+    (B, M, D) that the caller passes from segment to segment; the module itself keeps none."""
+
+    def __init__(self, slots, hidden_size, heads, layers, eps):
+        super().__init__()
+        self.bank = nn.Parameter(torch.randn(slots, hidden_size) * 0.02)
+        self.read_segment = CrossAttentionBlock(hidden_size, heads, eps)
+        self.read_anchors = nn.ModuleList(CrossAttentionBlock(hidden_size, heads, eps) for _ in range(layers))
+        self.gate = nn.GRUCell(hidden_size, hidden_size)
+
+    def initial_state(self, batch_size):
+        """The state before any segment: the bank, for each of batch_size texts (B, M, D)."""
+        return self.bank.unsqueeze(0).expand(batch_size, -1, -1)
+
+    def step(self, state, tokens, token_mask, anchors, anchor_mask):
+        """The state (B, M, D) after one more segment: its fused tokens (B, T, D) with token_mask (B, T), and the
+        anchors of every segment so far, this one included (B, A, D) with anchor_mask (B, A)."""
+        candidate = self.read_segment(state, tokens, token_mask)
+        for layer in self.read_anchors:
+            candidate = layer(candidate, anchors, anchor_mask)
+        batch, slots, hidden = state.shape
+        return self.gate(candidate.reshape(-1, hidden), state.reshape(-1, hidden)).view(batch, slots, hidden)
+
+
+class GeolipPreTrainedModel(PreTrainedModel):
+    config_class = GeolipConfig
+    base_model_prefix = "geolip"
+    main_input_name = "texts"
+
+
+class GeolipModel(GeolipPreTrainedModel):
+    """The frozen base plus the geometric memory. `forward(texts)` and `encode(texts)` take strings."""
+
+    def __init__(self, config: GeolipConfig):
+        super().__init__(config)
+        base = config.base
+        hidden = base.hidden_size
+        self.base = AutoModel.from_config(base)  # frozen: it runs without autograd (`segments`)
+        self.fusion = LayerFusion(config.fusion_layers)
+        self.compressor = DepthCompressor(config.fusion_layers, hidden, config.layer_norm_eps)
+        self.memory = GeometricMemory(config.memory_slots, hidden, config.memory_heads, config.memory_layers,
+                                      config.layer_norm_eps)
+        self.readout = CrossAttentionBlock(hidden, config.memory_heads, config.layer_norm_eps)
+        self.projector = nn.Linear(hidden, config.teacher_dim, bias=False)  # student -> teacher space (training)
+        self._tokenizer = None
+        self.post_init()
+
+    def trainable_parameters(self):
+        """Every parameter outside the frozen base (the memory system and the projector)."""
+        return [p for name, p in self.named_parameters() if not name.startswith("base.")]
+
+    # ---- the forward pass -------------------------------------------------------------------------------------
+
+    def forward(self, texts):
+        """texts: a list of B non-empty strings. Returns BaseModelOutputWithPooling with last_hidden_state the
+        embedding as one token (B, 1, D) and pooler_output the same, L2-normalised (B, D)."""
+        return self.embed_segments(*self.segments(self.content_ids(texts)))
+
+    def segments(self, content_ids):
+        """Every segment of every text through the frozen base in ONE batched call. Returns (layers (S, T, L, D),
+        token_mask (S, T), own (S, D) each segment's base embedding, counts: segments per text)."""
+        config = self.config
+        input_ids, attention_mask, _, counts = segment_batch(
+            content_ids, config.segment_size, config.segment_stride, config.max_segments,
+            *self._special_ids())
+        input_ids, attention_mask = input_ids.to(self.device), attention_mask.to(self.device)
+        with torch.no_grad():  # the base is frozen: nothing upstream of its outputs trains
+            output = self.base(input_ids=input_ids, attention_mask=attention_mask, output_hidden_states=True)
+        layers = torch.stack(output.hidden_states[-config.fusion_layers:], dim=2)  # (S, T, L, D)
+        last = output.last_hidden_state  # CLIP applies its final LayerNorm here, not to hidden_states[-1]
+        if config.base_pooling == "eos":
+            own = last[torch.arange(last.shape[0], device=last.device), attention_mask.sum(dim=1) - 1]
+        else:
+            own = masked_mean_pool(last, attention_mask)
+        return layers, attention_mask.bool(), own, counts
+
+    def embed_segments(self, layers, token_mask, own, counts):
+        """The memory run over the segments of each text (the output of `segments`), then the readout."""
+        fused = self.fusion(layers)  # (S, T, D)
+        profile = torch.stack([masked_mean_pool(layers[:, :, i], token_mask) for i in range(layers.shape[2])], 1)
+        anchors = self.compressor(profile)  # (S, D)
+        counts = torch.tensor(counts, device=fused.device)
+        first = torch.cumsum(counts, 0) - counts  # row of each text's first segment
+        by_text = torch.zeros(len(counts), int(counts.max()), anchors.shape[1], dtype=anchors.dtype,
+                              device=anchors.device)
+        positions = torch.arange(by_text.shape[1], device=anchors.device)
+        valid = positions < counts[:, None]  # (B, n) which segment slots exist
+        by_text = by_text.index_put((valid.nonzero(as_tuple=True)), anchors)  # (B, n, D) anchors per text, in order
+        state = self.memory.initial_state(len(counts))
+        for t in range(by_text.shape[1]):
+            active = (counts > t).nonzero().squeeze(1)  # texts that have a segment t
+            rows = first[active] + t
+            updated = self.memory.step(state[active], fused[rows], token_mask[rows], by_text[active, :t + 1],
+                                       valid[active, :t + 1])
+            state = state.index_put((active,), updated)
+        query = own[first].unsqueeze(1)  # (B, 1, D): the first segment's base embedding reads the memory
+        embedding = self.readout(query, state, torch.ones(state.shape[:2], dtype=torch.bool, device=state.device))
+        return BaseModelOutputWithPooling(last_hidden_state=embedding, pooler_output=l2_normalize(embedding[:, 0]))
+
+    # ---- user API -------------------------------------------------------------------------------------------------
+
+    @property
+    def tokenizer(self):
+        """The base's tokenizer shipped beside the weights, loaded on first use."""
+        if self._tokenizer is None:
+            if not self.name_or_path:
+                raise ValueError("this model was not loaded from a folder or repo, so it has no tokenizer; "
+                                 "set model.tokenizer = AutoTokenizer.from_pretrained(<its folder>)")
+            self._tokenizer = AutoTokenizer.from_pretrained(self.name_or_path, trust_remote_code=True)
+        return self._tokenizer
+
+    @tokenizer.setter
+    def tokenizer(self, tokenizer):
+        self._tokenizer = tokenizer
+
+    def _special_ids(self):
+        """(opening, closing, padding) token ids: what the tokenizer puts around an empty text, and its pad."""
+        opening, closing = self.tokenizer("")["input_ids"]
+        pad = self.tokenizer.pad_token_id
+        return opening, closing, closing if pad is None else pad
+
+    def content_ids(self, texts):
+        """Token ids of each text without special tokens; texts longer than the segments cover keep their first
+        covered_tokens (452 by default; one warning per call). Empty texts are an error."""
+        if isinstance(texts, str) or not all(isinstance(text, str) for text in texts):
+            raise TypeError("texts must be a list of strings")
+        ids = self.tokenizer(list(texts), add_special_tokens=False, verbose=False)["input_ids"] if texts else []
+        empty = [i for i, row in enumerate(ids) if not row]
+        if empty:
+            raise ValueError(f"texts[{empty[0]}] has no tokens; every text needs at least one")
+        limit = covered_tokens(self.config.segment_size, self.config.segment_stride, self.config.max_segments)
+        too_long = [i for i, row in enumerate(ids) if len(row) > limit]
+        if too_long:
+            warnings.warn(f"{len(too_long)} of {len(ids)} texts exceed the {limit} tokens the segments cover and were "
+                          f"truncated (first: texts[{too_long[0]}], {len(ids[too_long[0]])} tokens)", stacklevel=3)
+        return [row[:limit] for row in ids]
+
+    def encode(self, texts, batch_size=32, show_progress_bar=None, convert_to_numpy=True):
+        """Embed a str -> (D,) or a list of str -> (N, D), L2-normalised; an empty list gives (0, D).
+        Texts run longest first (less segment padding per batch) and come back in the input order."""
+        single = isinstance(texts, str)
+        texts = [texts] if single else list(texts)
+        if batch_size < 1:
+            raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+        content_ids = self.content_ids(texts)
+        order = sorted(range(len(texts)), key=lambda i: -len(content_ids[i]))
+        starts = range(0, len(order), batch_size)
+        if show_progress_bar is None:
+            show_progress_bar = len(starts) > 1 and sys.stderr.isatty()
+        embeddings = torch.empty(len(texts), self.config.base.hidden_size, device=self.device)
+        was_training = self.training
+        self.eval()
+        try:
+            with torch.inference_mode():
+                for start in tqdm(starts, desc="encode", disable=not show_progress_bar):
+                    rows = order[start:start + batch_size]
+                    output = self.embed_segments(*self.segments([content_ids[i] for i in rows]))
+                    embeddings[rows] = output.pooler_output.float()
+        finally:
+            self.train(was_training)
+        if single:
+            embeddings = embeddings[0]
+        return embeddings.cpu().numpy() if convert_to_numpy else embeddings
+
+
+__all__ = ["GeolipModel", "GeolipPreTrainedModel"]

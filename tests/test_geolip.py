@@ -1,0 +1,171 @@
+"""geolip-clip-ctx576 on a tiny random CLIPTextModel (no CLIP weights install from PyPI): the folder's own remote
+code end to end, one batched base call, the explicit memory state, and bad inputs."""
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import textwrap
+
+import numpy as np
+import pytest
+import torch
+from transformers import AutoConfig, AutoModel
+
+from conftest import ROOT
+from tools.glyph.tokenizer import train_tokenizer
+
+GEOLIP = ROOT / "geolip-clip-ctx576"
+TINY_BASE = {"hidden_size": 32, "intermediate_size": 64, "num_attention_heads": 2, "num_hidden_layers": 3,
+             "projection_dim": 32, "max_position_embeddings": 40}
+TINY = {"fusion_layers": 3, "memory_slots": 8, "memory_heads": 2, "teacher_dim": 48}
+TEXTS = ["a dog runs on the beach", "two children play football in a park near a tall building " * 6, "red"]
+
+
+def geolip_folder(destination, captions, **overrides):
+    """The geolip Hub folder's code and config, with a tiny random CLIP text base, a BPE tokenizer trained on
+    `captions` (CLIP's is not installable offline) and `overrides`; weights saved, loadable by from_pretrained."""
+    shutil.copytree(GEOLIP, destination, ignore=shutil.ignore_patterns("__pycache__", "*.safetensors", "README.md"))
+    tokenizer = train_tokenizer(captions, vocab_size=400, max_length=77)
+    tokenizer.save_pretrained(destination)
+    config = json.loads((destination / "config.json").read_text())
+    base = {**TINY_BASE, "vocab_size": len(tokenizer), "bos_token_id": tokenizer.bos_token_id,
+            "eos_token_id": tokenizer.eos_token_id, "pad_token_id": tokenizer.pad_token_id}
+    config.update(TINY, base_config=base, **overrides)
+    (destination / "config.json").write_text(json.dumps(config, indent=2))
+    torch.manual_seed(0)
+    model = AutoModel.from_config(AutoConfig.from_pretrained(destination, trust_remote_code=True),
+                                  trust_remote_code=True)
+    model.save_pretrained(destination)
+    return destination
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory, data_dir):
+    from tools import corpus
+
+    captions = corpus.build(data_dir, ["flickr8k-train"])[0][:500]
+    folder = geolip_folder(tmp_path_factory.mktemp("geolip") / "geolip-tiny", captions)
+    return folder, AutoModel.from_pretrained(folder, trust_remote_code=True).eval()
+
+
+def test_encode_shapes_and_forward_output(tiny):
+    _, model = tiny
+    one, many = model.encode(TEXTS[0]), model.encode(TEXTS)
+    assert one.shape == (32,) and many.shape == (3, 32) and model.encode([]).shape == (0, 32)
+    assert np.allclose(np.linalg.norm(many, axis=1), 1, atol=1e-5)
+    np.testing.assert_allclose(many[0], one, atol=1e-5)  # batching and order do not change a text's embedding
+    with torch.no_grad():
+        output = model(texts=TEXTS)
+    assert output.last_hidden_state.shape == (3, 1, 32)
+    np.testing.assert_allclose(output.pooler_output.numpy(), many, atol=1e-5)
+
+
+def test_every_segment_goes_through_the_base_in_one_call(tiny):
+    _, model = tiny
+    calls = []
+    handle = model.base.register_forward_hook(lambda module, args, kwargs, output: calls.append(kwargs["input_ids"]),
+                                              with_kwargs=True)
+    try:
+        model.encode(TEXTS, batch_size=8)
+    finally:
+        handle.remove()
+    segments = sum(len(ids) > 0 for ids in model.content_ids(TEXTS))  # at least one each
+    assert len(calls) == 1 and calls[0].shape[0] > segments  # the long text has several, all in the one call
+
+
+def test_memory_state_is_explicit_and_starts_from_the_bank(tiny):
+    _, model = tiny
+    memory = model.memory
+    state = memory.initial_state(3)
+    assert state.shape == (3, 8, 32) and torch.equal(state[2], memory.bank)
+    tokens, anchors = torch.randn(3, 20, 32), torch.randn(3, 2, 32)
+    token_mask, anchor_mask = torch.ones(3, 20, dtype=torch.bool), torch.tensor([[True, True]] * 2 + [[True, False]])
+    with torch.no_grad():
+        after = memory.step(state, tokens, token_mask, anchors, anchor_mask)
+        again = memory.step(state, tokens, token_mask, anchors, anchor_mask)
+    assert after.shape == state.shape and not torch.equal(after, state)
+    assert torch.equal(after, again)  # nothing carried inside the module between steps
+    assert not list(memory.buffers())
+    # encoding twice gives the same embedding: no state survives a call
+    np.testing.assert_array_equal(model.encode(TEXTS[1]), model.encode(TEXTS[1]))
+
+
+def test_memory_changes_long_texts_and_the_base_stays_frozen(tiny):
+    _, model = tiny
+    model.zero_grad(set_to_none=True)
+    model(texts=TEXTS).last_hidden_state.sum().backward()
+    assert all(p.grad is None for p in model.base.parameters())  # no gradient reaches the frozen base
+    assert all(p.grad is not None for p in model.trainable_parameters() if p is not model.projector.weight)
+    model.zero_grad(set_to_none=True)
+    trainable = sum(p.numel() for p in model.trainable_parameters())
+    assert trainable == sum(p.numel() for p in model.parameters()) - sum(p.numel() for p in model.base.parameters())
+    # the text cut after its first segment is a different input for the memory: the embeddings differ
+    long_ids = model.content_ids([TEXTS[1]])[0]
+    first_window = model.tokenizer.decode(long_ids[:18])
+    assert not np.allclose(model.encode(TEXTS[1]), model.encode(first_window), atol=1e-4)
+
+
+def test_bad_inputs_and_over_long_texts(tiny):
+    _, model = tiny
+    with pytest.raises(ValueError, match=r"texts\[1\] has no tokens"):
+        model.encode(["a dog", ""])
+    with pytest.raises(TypeError, match="list of strings"):
+        model.encode(["a dog", 3])
+    with pytest.raises(ValueError, match="batch_size"):
+        model.encode(["a dog"], batch_size=0)
+    words = " ".join(["dog"] * 600)  # more content tokens than the 18 + 31 x 14 = 452 the segments cover
+    with pytest.warns(UserWarning, match="exceed the 452 tokens"):
+        over = model.encode(words)
+    kept = model.tokenizer(words, add_special_tokens=False)["input_ids"][:452]  # the first 452 tokens are kept
+    exactly = model.tokenizer.decode(kept)
+    np.testing.assert_allclose(over, model.encode(exactly), atol=1e-5)
+
+
+def test_config_rejects_bad_values(tmp_path):
+    folder = tmp_path / "bad"
+    shutil.copytree(GEOLIP, folder, ignore=shutil.ignore_patterns("__pycache__", "README.md"))
+    for override, message in [({"segment_stride": 20}, "skip tokens"), ({"base_pooling": "cls"}, "base_pooling"),
+                              ({"fusion_layers": 14}, "fusion_layers"), ({"memory_heads": 5}, "memory_heads"),
+                              ({"segment_size": 80}, "positions")]:
+        config = json.loads((GEOLIP / "config.json").read_text())
+        config.update(override)
+        (folder / "config.json").write_text(json.dumps(config))
+        with pytest.raises(Exception, match=message):
+            AutoConfig.from_pretrained(folder, trust_remote_code=True)
+
+
+LOAD_AND_ENCODE = textwrap.dedent("""
+    import importlib.util, sys
+    import numpy as np
+    from transformers import AutoModel
+    assert importlib.util.find_spec("shared_modeling") is None, "the project must not be importable here"
+    model = AutoModel.from_pretrained(sys.argv[1], trust_remote_code=True)
+    np.save(sys.argv[2], model.encode({texts!r}))
+""").format(texts=TEXTS)
+
+
+def test_fresh_process_loads_the_folder_with_automodel_and_reproduces_embeddings(tiny, tmp_path):
+    folder, model = tiny
+    env = {key: value for key, value in os.environ.items() if key != "PYTHONPATH"}
+    env.update(HF_HOME=str(tmp_path / "hf-home"), HF_HUB_OFFLINE="1")
+    completed = subprocess.run([sys.executable, "-c", LOAD_AND_ENCODE, str(folder), str(tmp_path / "out.npy")],
+                               cwd=tmp_path, env=env, stdin=subprocess.DEVNULL, capture_output=True, text=True,
+                               timeout=300)
+    assert completed.returncode == 0, completed.stderr[-3000:]
+    np.testing.assert_array_equal(np.load(tmp_path / "out.npy"), model.encode(TEXTS))
+
+
+def test_parameter_counts_at_clip_l_size(capsys):
+    """The published shape, built on the meta device (no memory): CLIP-L's text tower is 123.06M parameters, and
+    this memory system trains 36.87M (the published one: 34.5M; the spec leaves its inner widths open)."""
+    config = AutoConfig.from_pretrained(GEOLIP, trust_remote_code=True)
+    with torch.device("meta"):
+        model = AutoModel.from_config(config, trust_remote_code=True)
+    base = sum(p.numel() for p in model.base.parameters())
+    trainable = sum(p.numel() for p in model.trainable_parameters())
+    with capsys.disabled():
+        print(f"\ngeolip at CLIP-L size: frozen base {base:,}, trainable {trainable:,}")
+    assert base == 123_060_480
+    assert trainable == 36_868_614
