@@ -52,3 +52,10 @@ def pentachoron_cv(points, samples, generator=None):
     subsets = torch.rand(samples, count, generator=generator, device=points.device).argsort(dim=1)[:, :5]
     volumes = cayley_menger_volume(points[subsets])  # (samples,)
     return volumes.std() / volumes.mean()
+
+
+def orthogonal_procrustes(source, target):
+    """The semi-orthogonal R (D1, D2) minimising ||source R - target||_F for rows source (N, D1), target (N, D2):
+    R = U V^T from the SVD of source^T target (R R^T = I when D1 <= D2)."""
+    u, _, vh = torch.linalg.svd(source.T @ target, full_matrices=False)
+    return u @ vh

@@ -3,6 +3,8 @@
 import torch
 import torch.nn.functional as F
 
+from .geometry import orthogonal_procrustes, pentachoron_cv
+
 
 def symmetric_info_nce(queries, keys, temperature):
     """CLIP-style InfoNCE over in-batch negatives, averaged over both directions.
@@ -50,3 +52,22 @@ def cosent(cosines, scores, scale=20.0):
     differences = differences[ordered]
     zero = torch.zeros(1, dtype=cosines.dtype, device=cosines.device)
     return torch.logsumexp(torch.cat([zero, differences]), dim=0)
+
+
+def procrustes_residual(student, teacher):
+    """The SVD-Procrustes regulariser: with rows L2-normalised, the mean squared distance from each teacher row to
+    its student row after the best semi-orthogonal map R of the whole batch, min_R ||S R - T||^2 / B. Zero when the
+    batch's student geometry is an isometric copy of the teacher's (R needs student width <= teacher width to be
+    an isometry). R is taken without gradient: at the minimum, the loss's gradient through R vanishes."""
+    student, teacher = F.normalize(student, dim=-1), F.normalize(teacher, dim=-1)
+    with torch.no_grad():
+        rotation = orthogonal_procrustes(student, teacher)
+    return ((student @ rotation - teacher) ** 2).sum(dim=-1).mean()
+
+
+def pentachoron_cv_loss(point_sets, target, samples, generator=None):
+    """(pentachoron CV - target)^2 averaged over point sets (each (n_i, D), n_i >= 5, e.g. one text's segment
+    anchors), each CV over `samples` random 5-point subsets."""
+    if not point_sets:
+        raise ValueError("no point set with at least 5 points")
+    return torch.stack([(pentachoron_cv(points, samples, generator) - target) ** 2 for points in point_sets]).mean()

@@ -5,9 +5,10 @@ import math
 import pytest
 import torch
 
-from shared_modeling.geometry import cayley_menger_volume, erank, pentachoron_cv, self_cos
+from shared_modeling.geometry import cayley_menger_volume, erank, orthogonal_procrustes, pentachoron_cv, self_cos
 from shared_modeling.layers import Encoder, TokenLayout, attention
-from shared_modeling.losses import per_sample_mse, symmetric_info_nce
+from shared_modeling.losses import (pentachoron_cv_loss, per_sample_mse, procrustes_residual,
+                                    symmetric_info_nce)
 from shared_modeling.pooling import l2_normalize, masked_mean_pool
 
 
@@ -155,3 +156,41 @@ def test_pentachoron_cv_is_scale_free_and_zero_for_equal_volumes():
     assert pentachoron_cv(simplex, 8).item() < 1e-9
     with pytest.raises(ValueError, match="at least 5 points"):
         pentachoron_cv(cloud[:4], 8)
+
+
+def test_orthogonal_procrustes_recovers_a_rotation_and_a_semi_orthogonal_map():
+    generator = torch.Generator().manual_seed(3)
+    source = torch.randn(200, 8, dtype=torch.float64, generator=generator)
+    rotation = torch.linalg.qr(torch.randn(8, 8, dtype=torch.float64, generator=generator)).Q
+    torch.testing.assert_close(orthogonal_procrustes(source, source @ rotation), rotation)
+    wide = torch.linalg.qr(torch.randn(12, 8, dtype=torch.float64, generator=generator)).Q.T  # (8, 12)
+    found = orthogonal_procrustes(source, source @ wide + 0.01 * torch.randn(200, 12, dtype=torch.float64,
+                                                                                generator=generator))
+    torch.testing.assert_close(found @ found.T, torch.eye(8, dtype=torch.float64))
+    assert (found - wide).abs().max() < 0.01
+
+
+def test_procrustes_residual_is_zero_for_an_isometric_copy_and_trains():
+    generator = torch.Generator().manual_seed(4)
+    student = torch.randn(64, 8, dtype=torch.float64, generator=generator, requires_grad=True)
+    wide = torch.linalg.qr(torch.randn(12, 8, dtype=torch.float64, generator=generator)).Q.T
+    assert procrustes_residual(student, student.detach() @ wide).item() < 1e-20
+    unrelated = torch.randn(64, 12, dtype=torch.float64, generator=generator)
+    loss = procrustes_residual(student, unrelated)
+    assert loss.item() > 0.5
+    loss.backward()
+    assert torch.isfinite(student.grad).all() and student.grad.abs().sum() > 0
+
+
+def test_pentachoron_cv_loss_pulls_toward_its_target():
+    generator = torch.Generator().manual_seed(5)
+    sets = [torch.randn(7, 16, dtype=torch.float64, generator=generator, requires_grad=True) for _ in range(3)]
+    cv = [pentachoron_cv(points, 64, torch.Generator().manual_seed(9)).item() for points in sets]
+    exact = pentachoron_cv_loss(sets[:1], cv[0], 64, torch.Generator().manual_seed(9))
+    assert exact.item() < 1e-20  # the same subsets at the set's own CV
+    loss = pentachoron_cv_loss(sets, 0.0, 64, generator)
+    assert loss.item() > 0
+    loss.backward()
+    assert all(torch.isfinite(points.grad).all() and points.grad.abs().sum() > 0 for points in sets)
+    with pytest.raises(ValueError, match="no point set"):
+        pentachoron_cv_loss([], 0.1, 8)
