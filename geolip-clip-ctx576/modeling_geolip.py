@@ -16,6 +16,7 @@ tokens per segment (segment_size + 2), L fused layers, D hidden, M memory slots.
 
 import sys
 import warnings
+from dataclasses import dataclass
 
 import torch
 from torch import nn
@@ -26,6 +27,14 @@ from transformers.modeling_outputs import BaseModelOutputWithPooling
 from .configuration_geolip import GeolipConfig
 from .shared_pooling import l2_normalize, masked_mean_pool
 from .shared_segments import covered_tokens, segment_batch
+
+
+@dataclass
+class GeolipOutput(BaseModelOutputWithPooling):
+    """last_hidden_state (B, 1, D) the embedding as one token, pooler_output (B, D) the same L2-normalised, and
+    segment_anchors (S, D) every segment's depth-compressor anchor, texts after one another (training's CV term)."""
+
+    segment_anchors: torch.Tensor | None = None
 
 
 class CrossAttentionBlock(nn.Module):
@@ -127,8 +136,8 @@ class GeolipModel(GeolipPreTrainedModel):
     # ---- the forward pass -------------------------------------------------------------------------------------
 
     def forward(self, texts):
-        """texts: a list of B non-empty strings. Returns BaseModelOutputWithPooling with last_hidden_state the
-        embedding as one token (B, 1, D) and pooler_output the same, L2-normalised (B, D)."""
+        """texts: a list of B non-empty strings -> GeolipOutput (last_hidden_state (B, 1, D), pooler_output (B, D)
+        L2-normalised, segment_anchors (S, D))."""
         return self.embed_segments(*self.segments(self.content_ids(texts)))
 
     def segments(self, content_ids):
@@ -170,7 +179,8 @@ class GeolipModel(GeolipPreTrainedModel):
             state = state.index_put((active,), updated)
         query = own[first].unsqueeze(1)  # (B, 1, D): the first segment's base embedding reads the memory
         embedding = self.readout(query, state, torch.ones(state.shape[:2], dtype=torch.bool, device=state.device))
-        return BaseModelOutputWithPooling(last_hidden_state=embedding, pooler_output=l2_normalize(embedding[:, 0]))
+        return GeolipOutput(last_hidden_state=embedding, pooler_output=l2_normalize(embedding[:, 0]),
+                            segment_anchors=anchors)
 
     # ---- user API -------------------------------------------------------------------------------------------------
 
@@ -238,4 +248,4 @@ class GeolipModel(GeolipPreTrainedModel):
         return embeddings.cpu().numpy() if convert_to_numpy else embeddings
 
 
-__all__ = ["GeolipModel", "GeolipPreTrainedModel"]
+__all__ = ["GeolipModel", "GeolipOutput", "GeolipPreTrainedModel"]

