@@ -129,6 +129,12 @@ class GeolipModel(GeolipPreTrainedModel):
         self._tokenizer = None
         self.post_init()
 
+    def train(self, mode=True):
+        """As nn.Module.train, but the frozen base always stays in eval mode (no dropout)."""
+        super().train(mode)
+        self.base.eval()
+        return self
+
     def trainable_parameters(self):
         """Every parameter outside the frozen base (the memory system and the projector)."""
         return [p for name, p in self.named_parameters() if not name.startswith("base.")]

@@ -94,11 +94,14 @@ def test_memory_state_is_explicit_and_starts_from_the_bank(tiny):
 
 def test_memory_changes_long_texts_and_the_base_stays_frozen(tiny):
     _, model = tiny
+    model.train()
+    assert model.memory.training and not model.base.training  # the frozen base never drops out
     model.zero_grad(set_to_none=True)
     model(texts=TEXTS).last_hidden_state.sum().backward()
     assert all(p.grad is None for p in model.base.parameters())  # no gradient reaches the frozen base
     assert all(p.grad is not None for p in model.trainable_parameters() if p is not model.projector.weight)
     model.zero_grad(set_to_none=True)
+    model.eval()
     trainable = sum(p.numel() for p in model.trainable_parameters())
     assert trainable == sum(p.numel() for p in model.parameters()) - sum(p.numel() for p in model.base.parameters())
     # the text cut after its first segment is a different input for the memory: the embeddings differ
