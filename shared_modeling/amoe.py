@@ -224,17 +224,18 @@ class AmoeLayer(nn.Module):
         if torch.is_grad_enabled() or any(tensor.is_inference() for tensor in sources):
             self.kept = None  # inference tensors keep no version counter, so nothing derived from them is kept
             return self._derive(columns, sites)
-        states = (columns, self.dispatch.tau, [site.tau for site in sites],
-                  [(tensor, tensor.detach(), tensor._version) for tensor in sources])  # detach(): pins the storage
-        if self.kept is None or not self._same_sources(self.kept[0], states):
-            self.kept = states, self._derive(columns, sites)
+        taus = (columns, self.dispatch.tau, [site.tau for site in sites])
+        if self.kept is None or not self._same_sources(self.kept[0], taus, sources):
+            pinned = [(tensor, tensor.detach(), tensor._version) for tensor in sources]  # detach(): pins the storage
+            self.kept = (taus, pinned), self._derive(columns, sites)
         return self.kept[1]
 
     @staticmethod
-    def _same_sources(kept, now):
-        return kept[:3] == now[:3] and len(kept[3]) == len(now[3]) and all(
-            tensor is kept_tensor and tensor.data_ptr() == pinned.data_ptr() and version == kept_version
-            for (kept_tensor, pinned, kept_version), (tensor, _, version) in zip(kept[3], now[3]))
+    def _same_sources(kept, taus, sources):
+        kept_taus, pinned = kept
+        return kept_taus == taus and len(pinned) == len(sources) and all(
+            tensor is kept_tensor and tensor.data_ptr() == alias.data_ptr() and tensor._version == version
+            for (kept_tensor, alias, version), tensor in zip(pinned, sources))
 
     def _derive(self, columns, sites):
         arms = arm_weights(sites)
