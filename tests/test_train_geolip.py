@@ -15,7 +15,7 @@ def test_tiny_training_run_records_m_acc_and_writes_a_loadable_folder(tmp_path, 
     out = tmp_path / "run"
     argv = ["--out", str(out), "--data-dir", str(data_dir), "--base", str(base), "--teacher", str(teacher),
             "--validation-texts", "24", "--flickr-captions", "16", "--steps", "4", "--batch-size", "4",
-            "--eval-every", "2", "--checkpoint-every", "2", "--log-every", "1", "--init-texts", "16",
+            "--validate-every", "2", "--checkpoint-every", "2", "--log-every", "1", "--init-texts", "16",
             "--cv-target-texts", "3", "--cv-samples", "4", "--fusion-layers", "2", "--memory-slots", "4",
             "--memory-heads", "2"]
     assert train_geolip.main(argv) == 0
@@ -29,6 +29,8 @@ def test_tiny_training_run_records_m_acc_and_writes_a_loadable_folder(tmp_path, 
     assert [p["step"] for p in metrics["history"]["validation"]] == [2, 4]
     assert all(set(p) >= {"info_nce", "procrustes", "cv", "loss"} for p in metrics["history"]["train"])
     assert (out / "training_curve.png").stat().st_size > 0 and list((out / "tensorboard").iterdir())
+    checkpoint = torch.load(out / "checkpoint-memory.pt", weights_only=False)
+    assert checkpoint["step"] == 4 and not any(key.startswith("base.") for key in checkpoint["model"])
     model = AutoModel.from_pretrained(out / "final", trust_remote_code=True)
     assert model.encode(["a dog runs on the beach"]).shape == (1, 32)
     base_weights = AutoModel.from_pretrained(base).state_dict()

