@@ -23,17 +23,27 @@ TINY = {"fusion_layers": 3, "memory_slots": 8, "memory_heads": 2, "teacher_dim":
 TEXTS = ["a dog runs on the beach", "two children play football in a park near a tall building " * 6, "red"]
 
 
+def published_folder(destination, **overrides):
+    """The geolip Hub folder's code with a config.json that names only the code and `overrides`: every other
+    hyper-parameter is a GeolipConfig default, the published model (CLIP-L text base, 18/14/32 segments), whichever
+    base the folder's own weights were trained on."""
+    destination.mkdir()
+    for path in GEOLIP.glob("*.py"):
+        shutil.copy(path, destination)
+    loading = {key: json.loads((GEOLIP / "config.json").read_text())[key]
+               for key in ("architectures", "auto_map", "model_type")}
+    (destination / "config.json").write_text(json.dumps({**loading, **overrides}, indent=2))
+    return destination
+
+
 def geolip_folder(destination, captions, **overrides):
-    """The geolip Hub folder's code and config, with a tiny random CLIP text base, a BPE tokenizer trained on
-    `captions` (CLIP's is not installable offline) and `overrides`; weights saved, loadable by from_pretrained."""
-    shutil.copytree(GEOLIP, destination, ignore=shutil.ignore_patterns("__pycache__", "*.safetensors", "README.md"))
+    """The published config with a tiny random CLIP text base, a BPE tokenizer trained on `captions` (CLIP's is not
+    installable offline) and `overrides`; weights saved, loadable by from_pretrained."""
     tokenizer = train_tokenizer(captions, vocab_size=400, max_length=77)
-    tokenizer.save_pretrained(destination)
-    config = json.loads((destination / "config.json").read_text())
     base = {**TINY_BASE, "vocab_size": len(tokenizer), "bos_token_id": tokenizer.bos_token_id,
             "eos_token_id": tokenizer.eos_token_id, "pad_token_id": tokenizer.pad_token_id}
-    config.update(TINY, base_config=base, **overrides)
-    (destination / "config.json").write_text(json.dumps(config, indent=2))
+    published_folder(destination, **TINY, base_config=base, **overrides)
+    tokenizer.save_pretrained(destination)
     torch.manual_seed(0)
     model = AutoModel.from_config(AutoConfig.from_pretrained(destination, trust_remote_code=True),
                                   trust_remote_code=True)
@@ -127,14 +137,11 @@ def test_bad_inputs_and_over_long_texts(tiny):
 
 
 def test_config_rejects_bad_values(tmp_path):
-    folder = tmp_path / "bad"
-    shutil.copytree(GEOLIP, folder, ignore=shutil.ignore_patterns("__pycache__", "README.md"))
-    for override, message in [({"segment_stride": 20}, "skip tokens"), ({"base_pooling": "cls"}, "base_pooling"),
-                              ({"fusion_layers": 14}, "fusion_layers"), ({"memory_heads": 5}, "memory_heads"),
-                              ({"segment_size": 80}, "positions")]:
-        config = json.loads((GEOLIP / "config.json").read_text())
-        config.update(override)
-        (folder / "config.json").write_text(json.dumps(config))
+    for i, (override, message) in enumerate([
+            ({"segment_stride": 20}, "skip tokens"), ({"base_pooling": "cls"}, "base_pooling"),
+            ({"fusion_layers": 14}, "fusion_layers"), ({"memory_heads": 5}, "memory_heads"),
+            ({"segment_size": 80}, "positions")]):
+        folder = published_folder(tmp_path / f"bad-{i}", **override)
         with pytest.raises(Exception, match=message):
             AutoConfig.from_pretrained(folder, trust_remote_code=True)
 
@@ -160,10 +167,10 @@ def test_fresh_process_loads_the_folder_with_automodel_and_reproduces_embeddings
     np.testing.assert_array_equal(np.load(tmp_path / "out.npy"), model.encode(TEXTS))
 
 
-def test_parameter_counts_at_clip_l_size(capsys):
+def test_parameter_counts_at_clip_l_size(capsys, tmp_path):
     """The published shape, built on the meta device (no memory): CLIP-L's text tower is 123.06M parameters, and
     this memory system trains 36.87M (the published one: 34.5M; the spec leaves its inner widths open)."""
-    config = AutoConfig.from_pretrained(GEOLIP, trust_remote_code=True)
+    config = AutoConfig.from_pretrained(published_folder(tmp_path / "published"), trust_remote_code=True)
     with torch.device("meta"):
         model = AutoModel.from_config(config, trust_remote_code=True)
     base = sum(p.numel() for p in model.base.parameters())

@@ -1,16 +1,18 @@
-"""tools/train_geolip.py end to end on a tiny frozen BERT base and a tiny teacher (real long descriptions), and its
-resume."""
+"""tools/train_geolip.py, tools/evaluate_geolip.py and tools/export_geolip.py end to end on a tiny frozen BERT base
+and a tiny teacher (real long descriptions); the retrieval measures on known cases."""
 
 import json
+import shutil
 
+import pytest
 import torch
 from transformers import AutoModel
 
-from conftest import tiny_teacher
-from tools import train_geolip
+from conftest import ROOT, tiny_teacher
+from tools import evaluate_geolip, export_geolip, train_geolip
 
 
-def test_tiny_training_run_records_m_acc_and_writes_a_loadable_folder(tmp_path, data_dir):
+def test_tiny_run_trains_evaluates_and_exports_a_loadable_folder(tmp_path, data_dir):
     base, teacher = tiny_teacher(tmp_path / "base", 32, seed=3), tiny_teacher(tmp_path / "teacher", 48, seed=4)
     out = tmp_path / "run"
     argv = ["--out", str(out), "--data-dir", str(data_dir), "--base", str(base), "--teacher", str(teacher),
@@ -36,3 +38,37 @@ def test_tiny_training_run_records_m_acc_and_writes_a_loadable_folder(tmp_path, 
     base_weights = AutoModel.from_pretrained(base).state_dict()
     assert all(torch.equal(value, model.base.state_dict()[key]) for key, value in base_weights.items())  # frozen
     assert train_geolip.main(argv) == 0  # complete: nothing to do
+
+    # the evaluation scores final/ against both baselines on the same held-out gallery
+    assert evaluate_geolip.main(["--train", str(out), "--out", str(tmp_path / "eval")]) == 0
+    evaluation = json.loads((tmp_path / "eval" / "metrics.json").read_text())
+    assert evaluation["gallery"] == metrics["validation_texts"] and set(evaluation["rows"]) == set(evaluate_geolip.ROWS)
+    assert evaluation["rows"]["memory"]["m_acc"] == pytest.approx(metrics["m_acc"]["memory"], abs=1e-6)
+    assert evaluation["covered_tokens"] == 452 and evaluation["held_out_segments"]["mean"] > 1
+
+    # the export fills a Hub folder that holds only the folder's own code, then writes the card from the records
+    folder = tmp_path / "hub"
+    folder.mkdir()
+    for path in (ROOT / "geolip-clip-ctx576").glob("*.py"):
+        shutil.copy(path, folder)
+    assert export_geolip.main(["--train", str(out), "--eval", str(tmp_path / "eval"), "--out",
+                               str(tmp_path / "export"), "--to", str(folder), "--parity-texts", "4"]) == 0
+    export = json.loads((tmp_path / "export" / "metrics.json").read_text())
+    assert export["max_difference"] <= 1e-5 and export["hidden_size"] == 32 and export["teacher_dim"] == 48
+    assert export["clip_l_trainable"] == 36_868_614
+    card = (folder / "README.md").read_text()
+    assert f"| {evaluation['rows']['memory']['m_acc']:.3f} |" in card and "all-MiniLM-L6-v2" in card
+    assert "452 distinct tokens" in card and (folder / "model.safetensors").exists()
+    (tmp_path / "eval" / "metrics.json").write_text(json.dumps({**evaluation, "weights_sha256": "0" * 64}))
+    with pytest.raises(SystemExit, match="other weights"):
+        export_geolip.main(["--train", str(out), "--eval", str(tmp_path / "eval"), "--out", str(tmp_path / "x"),
+                            "--to", str(folder)])
+
+
+def test_retrieval_measures_on_known_cases():
+    gallery = torch.eye(4)
+    perfect = evaluate_geolip.retrieval(gallery * 3, gallery)
+    assert perfect == {"m_acc": 1.0, "recall_at_5": 1.0, "mrr": 1.0, "mean_cosine": pytest.approx(1.0)}
+    shifted = evaluate_geolip.retrieval(gallery.roll(1, dims=0), gallery)  # every query finds another row first
+    assert shifted["m_acc"] == 0 and shifted["recall_at_5"] == 1.0 and shifted["mean_cosine"] == 0
+    assert shifted["mrr"] == pytest.approx(0.5)  # its own row ties with the other two zeros: rank 2

@@ -21,9 +21,7 @@ What it does:
 """
 
 import argparse
-import json
 import shutil
-import subprocess
 import sys
 import textwrap
 from dataclasses import dataclass
@@ -85,12 +83,7 @@ def fresh_process_embeddings(folder, amoe=False):
             result["roster"] = model.detach_amoe()["dispatch"].roster
         print(json.dumps(result))
     """)
-    result = subprocess.run([sys.executable, "-c", script, str(folder)], capture_output=True, text=True,
-                            cwd=runs.ROOT)
-    if result.returncode != 0:
-        raise SystemExit(f"loading {folder} in a fresh process failed:\n{result.stderr[-3000:]}")
-    return json.loads(result.stdout.strip().splitlines()[-1])
-
+    return runs.run_isolated(script, Path(folder).resolve())
 
 # ---- the model card ------------------------------------------------------------------------------------------------
 

@@ -21,12 +21,8 @@ What it does:
 """
 
 import argparse
-import json
-import os
 import shutil
-import subprocess
 import sys
-import tempfile
 import textwrap
 from dataclasses import dataclass
 from importlib import metadata
@@ -91,14 +87,8 @@ def fresh_process_embeddings(folder, texts):
         manual = torch.nn.functional.normalize((states * mask).sum(1) / mask.sum(1), dim=-1)
         print(json.dumps({"sentence_transformers": st.encode(texts).tolist(), "manual": manual.tolist()}))
     """)
-    with tempfile.TemporaryDirectory() as cwd:
-        result = subprocess.run([sys.executable, "-c", script, str(Path(folder).resolve())], input=json.dumps(texts),
-                                capture_output=True, text=True, cwd=cwd,
-                                env={k: v for k, v in os.environ.items() if k != "PYTHONPATH"}, check=False)
-    if result.returncode != 0:
-        raise SystemExit(f"loading {folder} in a fresh process failed:\n{result.stderr[-3000:]}")
-    return {key: np.array(value) for key, value in json.loads(result.stdout.strip().splitlines()[-1]).items()}
-
+    embeddings = runs.run_isolated(script, Path(folder).resolve(), payload=texts)
+    return {key: np.array(value) for key, value in embeddings.items()}
 
 def check_gguf(folder, path, texts, min_cosine):
     rows = export_gguf.check_parity(folder, path, texts)

@@ -12,7 +12,9 @@ import os
 import platform
 import subprocess
 import sys
+import tempfile
 import time
+from datetime import datetime
 from importlib import metadata
 from pathlib import Path
 
@@ -106,6 +108,24 @@ class RunRecord:
         self.info["status"] = "ok" if exc_type is None else f"failed: {exc_type.__name__}: {exc}"
         write_json(self.folder / "run.json", self.info)
         return False
+
+
+def run_isolated(script, *args, payload=None):
+    """Run the Python `script` with `args` in a fresh interpreter whose working directory is a temporary folder and
+    whose environment has no PYTHONPATH, so that only installed packages and the folders named in args are used (the
+    way a user loads a Hub folder). `payload` goes to its stdin as JSON; returns the JSON of its last stdout line."""
+    with tempfile.TemporaryDirectory() as cwd:
+        result = subprocess.run([sys.executable, "-c", script, *map(str, args)], input=json.dumps(payload),
+                                capture_output=True, text=True, cwd=cwd,
+                                env={k: v for k, v in os.environ.items() if k != "PYTHONPATH"}, check=False)
+    if result.returncode != 0:
+        raise SystemExit(f"the isolated process ({' '.join(map(str, args))}) failed:\n{result.stderr[-3000:]}")
+    return json.loads(result.stdout.strip().splitlines()[-1])
+
+
+def elapsed_minutes(started, finished):
+    """Minutes between two run.json time stamps."""
+    return (datetime.fromisoformat(finished) - datetime.fromisoformat(started)).total_seconds() / 60
 
 
 def timestamped(parent, name):
