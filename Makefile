@@ -25,10 +25,12 @@ ARMS := equiv sts silver
 # data:solo steps of each arm (a TSV's arm is named after its stem). silver's 12,000 pairs get 4x the steps: at 480
 # its validation mean was .5470 and select shipped {sts} alone; at 1,920 it is .5611 and select adds it.
 ARM_DATA := equiv:480 sts:480 $(DEMO)/amoe/silver/silver.tsv:1920
+# geolip's ablation: 55-token segments (the same 22% overlap as 18 every 14), everything else the cpu preset.
+SEG55 := --segment-size 55 --segment-stride 43
 TEACHERS := --encoder teacher:all-mpnet-base-v2 --encoder teacher:all-MiniLM-L6-v2 \
 	--encoder teacher:paraphrase-MiniLM-L3-v2
 
-demo: setup ## build captionbert-8192-v2 + AMOE arms and glyph-embedder-v2 (cpu presets, ~4.5 h on 2 cores; rerun resumes), print their tables
+demo: setup ## build captionbert-8192-v2 + AMOE arms, glyph-embedder-v2 and geolip-clip-ctx576 (cpu presets, ~5.5 h on 2 cores; rerun resumes), print their tables
 	HF_HUB_OFFLINE=1 $(PY) -m tools.extract_teachers --data-dir $(DATA_DIR) --out $(DEMO)/extract
 	HF_HUB_OFFLINE=1 $(PY) -m tools.align_teachers --extract $(DEMO)/extract --out $(DEMO)/align
 	HF_HUB_OFFLINE=1 $(PY) -m tools.distill_captionbert --preset cpu --align $(DEMO)/align --out $(DEMO)/distill
@@ -53,6 +55,12 @@ demo: setup ## build captionbert-8192-v2 + AMOE arms and glyph-embedder-v2 (cpu 
 		--encoder glyph-embedder-v2=$(DEMO)/glyph/train/final --encoder teacher:all-MiniLM-L6-v2
 	HF_HUB_OFFLINE=1 $(PY) -m tools.export_glyph --corpus $(DEMO)/glyph/corpus --train $(DEMO)/glyph/train \
 		--eval $(DEMO)/glyph/eval --out $(DEMO)/glyph/export
+	HF_HUB_OFFLINE=1 $(PY) -m tools.train_geolip --out $(DEMO)/geolip/train
+	HF_HUB_OFFLINE=1 $(PY) -m tools.evaluate_geolip --train $(DEMO)/geolip/train --out $(DEMO)/geolip/eval
+	HF_HUB_OFFLINE=1 $(PY) -m tools.train_geolip --out $(DEMO)/geolip/train-seg55 $(SEG55)
+	HF_HUB_OFFLINE=1 $(PY) -m tools.evaluate_geolip --train $(DEMO)/geolip/train-seg55 --out $(DEMO)/geolip/eval-seg55
+	HF_HUB_OFFLINE=1 $(PY) -m tools.export_geolip --train $(DEMO)/geolip/train --eval $(DEMO)/geolip/eval \
+		--ablation $(DEMO)/geolip/eval-seg55 --out $(DEMO)/geolip/export
 
 test: setup ## run the test suite
 	HF_HUB_OFFLINE=1 $(PY) -m pytest

