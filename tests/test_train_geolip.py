@@ -72,3 +72,12 @@ def test_retrieval_measures_on_known_cases():
     shifted = evaluate_geolip.retrieval(gallery.roll(1, dims=0), gallery)  # every query finds another row first
     assert shifted["m_acc"] == 0 and shifted["recall_at_5"] == 1.0 and shifted["mean_cosine"] == 0
     assert shifted["mrr"] == pytest.approx(0.5)  # its own row ties with the other two zeros: rank 2
+
+
+def test_the_model_is_built_in_eval_mode(tmp_path):
+    """The projector's Procrustes initialisation and the baselines' maps embed before the loop sets modes: the
+    base's dropout must already be off then."""
+    config = train_geolip.Config(out=tmp_path, base=str(tiny_teacher(tmp_path / "base", 32, seed=3)),
+                                 fusion_layers=2, memory_slots=4, memory_heads=2)
+    model = train_geolip.build_model(config, teacher_dim=48)
+    assert not any(module.training for module in model.modules())

@@ -175,7 +175,7 @@ def build_model(config, teacher_dim):
     if missing or unexpected:
         raise SystemExit(f"the base {source} does not fit the model: missing {missing}, unexpected {unexpected}")
     model.tokenizer = AutoTokenizer.from_pretrained(source)
-    return model
+    return model.eval()  # a module starts in train mode: the base's dropout would be on until the loop sets modes
 
 
 def teacher_embeddings(config, teacher, texts):
