@@ -42,7 +42,7 @@ def test_tiny_run_trains_evaluates_and_exports_a_loadable_folder(tmp_path, data_
     # the evaluation scores final/ against both baselines on the same held-out gallery
     assert evaluate_geolip.main(["--train", str(out), "--out", str(tmp_path / "eval")]) == 0
     evaluation = json.loads((tmp_path / "eval" / "metrics.json").read_text())
-    assert evaluation["gallery"] == metrics["validation_texts"] and set(evaluation["rows"]) == set(evaluate_geolip.ROWS)
+    assert evaluation["gallery"] == metrics["validation_texts"] and set(evaluation["rows"]) == set(train_geolip.ROWS)
     assert evaluation["rows"]["memory"]["m_acc"] == pytest.approx(metrics["m_acc"]["memory"], abs=1e-6)
     assert evaluation["covered_tokens"] == 452 and evaluation["held_out_segments"]["mean"] > 1
 

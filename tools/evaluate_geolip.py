@@ -27,11 +27,8 @@ import torch
 import torch.nn.functional as F
 from transformers import AutoModel
 
-from shared_modeling.geometry import orthogonal_procrustes
 from shared_modeling.segments import covered_tokens, segment_spans
 from tools import encoders, runs, train_geolip
-
-ROWS = ("memory", "truncated", "segment_mean")
 
 
 @dataclass
@@ -83,14 +80,10 @@ def main(argv=None):
         model = AutoModel.from_pretrained(final, trust_remote_code=True).eval()
         train_ids, validation_ids = model.content_ids(training), model.content_ids(validation)
         sample = list(range(min(trained.init_texts, len(training))))
-        _, first, mean = train_geolip.embed(model, [train_ids[i] for i in sample], trained.batch_size)
-        maps = {name: orthogonal_procrustes(F.normalize(rows, dim=-1), F.normalize(train_targets[sample], dim=-1))
-                for name, rows in (("truncated", first), ("segment_mean", mean))}
-        student, first, mean = train_geolip.embed(model, validation_ids, trained.batch_size)
-        with torch.no_grad():
-            queries = {"memory": model.projector(student), "truncated": first @ maps["truncated"],
-                       "segment_mean": mean @ maps["segment_mean"]}
-        rows = {name: retrieval(queries[name], validation_targets) for name in ROWS}
+        _, maps = train_geolip.procrustes_maps(model, [train_ids[i] for i in sample], train_targets[sample],
+                                               trained.batch_size)
+        queries = train_geolip.teacher_space(model, maps, validation_ids, trained.batch_size)
+        rows = {name: retrieval(embeddings, validation_targets) for name, embeddings in queries.items()}
         lengths = np.array([len(row) for row in model.tokenizer(validation, add_special_tokens=False,
                                                                 verbose=False)["input_ids"]])
         cut = (trained.segment_size, trained.segment_stride, trained.max_segments)

@@ -51,6 +51,7 @@ from tools.training import batch_at, run_stage
 
 GEOLIP = runs.ROOT / "geolip-clip-ctx576"
 IMAGEINWORDS_FIELDS = corpus.IMAGEINWORDS_FIELDS
+ROWS = ("memory", "truncated", "segment_mean")  # the model, the base on the first window, the mean of its segments
 
 
 @dataclass
@@ -192,7 +193,8 @@ def teacher_embeddings(config, teacher, texts):
 # ---- measurements --------------------------------------------------------------------------------------------------
 
 def embed(model, content_ids, batch_size):
-    """(student (N, D), truncated base (N, D), mean of per-segment base embeddings (N, D)) without autograd."""
+    """(the model's embeddings (N, D) before the projector, the truncated base's (N, D), the means of the per-segment
+    base embeddings (N, D)), without autograd."""
     student, first, mean = [], [], []
     with torch.no_grad():
         for start in range(0, len(content_ids), batch_size):
@@ -202,6 +204,22 @@ def embed(model, content_ids, batch_size):
             first.append(own[starts])
             mean.append(torch.stack([own[s:s + c].mean(dim=0) for s, c in zip(starts, counts)]))
     return tuple(torch.cat(rows) for rows in (student, first, mean))
+
+
+def procrustes_maps(model, content_ids, targets, batch_size):
+    """Each row's embeddings of these texts and its orthogonal Procrustes map onto their teacher embeddings (N, D'):
+    ({row: (N, D)}, {row: (D, D')})."""
+    rows = dict(zip(ROWS, embed(model, content_ids, batch_size)))
+    return rows, {name: orthogonal_procrustes(F.normalize(embeddings, dim=-1), F.normalize(targets, dim=-1))
+                  for name, embeddings in rows.items()}
+
+
+def teacher_space(model, maps, content_ids, batch_size):
+    """{row: (N, D')}: the texts' embeddings in the teacher's space, the memory's through its trained projector, each
+    baseline's through its map from procrustes_maps."""
+    rows = dict(zip(ROWS, embed(model, content_ids, batch_size)))
+    with torch.no_grad():
+        return {name: model.projector(rows[name]) if name == "memory" else rows[name] @ maps[name] for name in ROWS}
 
 
 def m_acc(queries, gallery):
@@ -278,12 +296,11 @@ def main(argv=None):
 
         # The projector (and each baseline's map) starts as the orthogonal Procrustes map onto the teacher.
         sample = list(range(min(config.init_texts, len(training))))
-        student, first, mean = embed(model, [train_ids[i] for i in sample], config.batch_size)
-        maps = {name: orthogonal_procrustes(F.normalize(rows, dim=-1), F.normalize(train_targets[sample], dim=-1))
-                for name, rows in (("student", student), ("truncated", first), ("segment_mean", mean))}
+        rows, maps = procrustes_maps(model, [train_ids[i] for i in sample], train_targets[sample], config.batch_size)
+        student = rows["memory"]
         before = mean_cosine(model.projector(student).detach(), train_targets[sample])
         with torch.no_grad():
-            model.projector.weight.copy_(maps["student"].T)
+            model.projector.weight.copy_(maps["memory"].T)
         init = {"texts": len(sample), "cosine_before": before,
                 "cosine_after": mean_cosine(model.projector(student).detach(), train_targets[sample])}
         print(f"projector init by Procrustes on {len(sample)} texts: cosine {init['cosine_before']:.3f} -> "
@@ -316,11 +333,9 @@ def main(argv=None):
         history = run_stage("memory", model, config.steps, config.learning_rate, loss_at, config, writer, validate)
         writer.close()
 
-        student, first, mean = embed(model, validation_ids, config.batch_size)
         final = {"gallery": len(validation),
-                 "memory": m_acc(model.projector(student), validation_targets),
-                 "truncated": m_acc(first @ maps["truncated"], validation_targets),
-                 "segment_mean": m_acc(mean @ maps["segment_mean"], validation_targets)}
+                 **{name: m_acc(queries, validation_targets)
+                    for name, queries in teacher_space(model, maps, validation_ids, config.batch_size).items()}}
         folder = config.out / "final"
         if folder.exists():
             shutil.rmtree(folder)
