@@ -30,7 +30,7 @@ SEG55 := --segment-size 55 --segment-stride 43
 TEACHERS := --encoder teacher:all-mpnet-base-v2 --encoder teacher:all-MiniLM-L6-v2 \
 	--encoder teacher:paraphrase-MiniLM-L3-v2
 
-demo: setup ## build captionbert-8192-v2 + AMOE arms, glyph-embedder-v2 and geolip-clip-ctx576 (cpu presets, ~5.5 h on 2 cores; rerun resumes), print their tables
+demo: setup ## build captionbert-8192-v2 + AMOE arms, glyph-embedder-v2 and geolip-clip-ctx576 (cpu presets, ~6 h on 2 cores; rerun resumes), print their tables
 	HF_HUB_OFFLINE=1 $(PY) -m tools.extract_teachers --data-dir $(DATA_DIR) --out $(DEMO)/extract
 	HF_HUB_OFFLINE=1 $(PY) -m tools.align_teachers --extract $(DEMO)/extract --out $(DEMO)/align
 	HF_HUB_OFFLINE=1 $(PY) -m tools.distill_captionbert --preset cpu --align $(DEMO)/align --out $(DEMO)/distill

@@ -142,6 +142,11 @@ def build_card(train_config, train, run, evaluation, export, ablation=None):
 > same memory has {export['clip_l_trainable'] / 1e6:.1f}M trainable parameters (the published model: 34.5M)."""
         space = (f"the base here is {base}, not CLIP: the embedding is in its sentence space, not CLIP's joint "
                  "image-text space, so it does not pair with CLIP image embeddings")
+    closest = max(rows, key=lambda name: rows[name]["mean_cosine"])
+    cosine_note = "" if closest == "memory" else (
+        f" Its mean cosine to the teacher ({memory['mean_cosine']:.3f}) is lower than the {ROW_NAMES[closest]}'s "
+        f"({rows[closest]['mean_cosine']:.3f}): InfoNCE trains it to rank the right teacher embedding first, not to "
+        "sit closest to it in absolute terms.")
     ablation_section = ""
     if ablation is not None:
         ablation_eval, ablation_train = ablation
@@ -208,7 +213,7 @@ as the projector's initialisation, so all rows get the same kind of linear help.
 
 The memory {'beats' if beats else 'does not beat'} both baselines on top-1 and recall@5, and {goal} the goal of
 m_acc >= 0.90 on a gallery of >= 500 held-out long texts (the published run: 0.945 on its 2,000-caption validation
-set).
+set).{cosine_note}
 {ablation_section}
 ## How these weights were built
 
