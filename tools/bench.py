@@ -453,7 +453,7 @@ def main(argv=None):
                             reference, ours / reference))
 
         # ---- 8: geolip: all segments through the base in one call vs a call per segment; latency vs length --------
-        geolip = train_geolip.build_model(train_geolip.Config(out=Path("-")), teacher_dim=768).eval()
+        geolip = train_geolip.build_model(train_geolip.parse_config(["--out", "-"]), teacher_dim=768)  # cpu preset
         cut = (geolip.config.segment_size, geolip.config.segment_stride, geolip.config.max_segments)
         long_texts = random.Random(config.seed).sample(corpus.build(config.data_dir, ["imageinwords"])[0],
                                                        config.geolip_texts)
