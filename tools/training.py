@@ -51,7 +51,8 @@ def load_checkpoint(path, model, optimizer, schedule):
     """Restore a save_checkpoint file; returns (step, history)."""
     state = torch.load(path, map_location="cpu", weights_only=False)  # our own file: the RNG states need pickle
     missing, unexpected = model.load_state_dict(state["model"], strict=False)
-    missing = [name for name in missing if name in trained_state(model)]
+    trained = trained_state(model)
+    missing = [name for name in missing if name in trained]  # a frozen part is not in the file, by design
     if missing or unexpected:
         raise SystemExit(f"{path} does not fit the model: missing {missing}, unexpected {unexpected}")
     optimizer.load_state_dict(state["optimizer"])
