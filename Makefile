@@ -27,6 +27,8 @@ ARMS := equiv sts silver
 ARM_DATA := equiv:480 sts:480 $(DEMO)/amoe/silver/silver.tsv:1920
 # geolip's ablation: 55-token segments (the same 22% overlap as 18 every 14), everything else the cpu preset.
 SEG55 := --segment-size 55 --segment-stride 43
+# both geolip runs embed the same texts with the same teacher: one cache
+GEOLIP_TEACHER := --teacher-cache $(DEMO)/geolip/teacher.npy
 TEACHERS := --encoder teacher:all-mpnet-base-v2 --encoder teacher:all-MiniLM-L6-v2 \
 	--encoder teacher:paraphrase-MiniLM-L3-v2
 
@@ -55,9 +57,9 @@ demo: setup ## build captionbert-8192-v2 + AMOE arms, glyph-embedder-v2 and geol
 		--encoder glyph-embedder-v2=$(DEMO)/glyph/train/final --encoder teacher:all-MiniLM-L6-v2
 	HF_HUB_OFFLINE=1 $(PY) -m tools.export_glyph --corpus $(DEMO)/glyph/corpus --train $(DEMO)/glyph/train \
 		--eval $(DEMO)/glyph/eval --out $(DEMO)/glyph/export
-	HF_HUB_OFFLINE=1 $(PY) -m tools.train_geolip --out $(DEMO)/geolip/train
+	HF_HUB_OFFLINE=1 $(PY) -m tools.train_geolip --out $(DEMO)/geolip/train $(GEOLIP_TEACHER)
 	HF_HUB_OFFLINE=1 $(PY) -m tools.evaluate_geolip --train $(DEMO)/geolip/train --out $(DEMO)/geolip/eval
-	HF_HUB_OFFLINE=1 $(PY) -m tools.train_geolip --out $(DEMO)/geolip/train-seg55 $(SEG55)
+	HF_HUB_OFFLINE=1 $(PY) -m tools.train_geolip --out $(DEMO)/geolip/train-seg55 $(SEG55) $(GEOLIP_TEACHER)
 	HF_HUB_OFFLINE=1 $(PY) -m tools.evaluate_geolip --train $(DEMO)/geolip/train-seg55 --out $(DEMO)/geolip/eval-seg55
 	HF_HUB_OFFLINE=1 $(PY) -m tools.export_geolip --train $(DEMO)/geolip/train --eval $(DEMO)/geolip/eval \
 		--ablation $(DEMO)/geolip/eval-seg55 --out $(DEMO)/geolip/export

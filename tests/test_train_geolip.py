@@ -1,6 +1,7 @@
 """tools/train_geolip.py, tools/evaluate_geolip.py and tools/export_geolip.py end to end on a tiny frozen BERT base
 and a tiny teacher (real long descriptions); the retrieval measures on known cases."""
 
+import dataclasses
 import json
 import shutil
 
@@ -81,3 +82,24 @@ def test_the_model_is_built_in_eval_mode(tmp_path):
                                  fusion_layers=2, memory_slots=4, memory_heads=2)
     model = train_geolip.build_model(config, teacher_dim=48)
     assert not any(module.training for module in model.modules())
+
+
+def test_the_teacher_cache_is_used_only_for_the_same_teacher_precision_and_texts(tmp_path):
+    calls = []
+
+    class CountingTeacher:
+        def encode(self, texts):
+            calls.append(list(texts))
+            return torch.randn(len(texts), 4).numpy()
+
+    shared = tmp_path / "shared" / "teacher.npy"
+    config = train_geolip.Config(out=tmp_path / "a", teacher="t", teacher_cache=shared)
+    first = train_geolip.teacher_embeddings(config, CountingTeacher(), ["one", "two"])
+    other_run = train_geolip.Config(out=tmp_path / "b", teacher="t", teacher_cache=shared)
+    assert (train_geolip.teacher_embeddings(other_run, CountingTeacher(), ["one", "two"]) == first).all()
+    assert len(calls) == 1  # the second run read the shared cache
+    for changed in (dataclasses.replace(config, teacher_bf16=False), dataclasses.replace(config, teacher="u")):
+        train_geolip.teacher_embeddings(changed, CountingTeacher(), ["one", "two"])
+    train_geolip.teacher_embeddings(config, CountingTeacher(), ["one", "three"])
+    assert len(calls) == 4  # another precision, teacher or text list is embedded again
+    assert train_geolip.cached_teacher_embeddings(config, ["one", "two"]) is None  # the file now holds the last

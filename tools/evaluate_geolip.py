@@ -42,8 +42,7 @@ def parse_config(argv):
     parser.add_argument("--train", type=Path, required=True, help="tools/train_geolip.py run folder")
     parser.add_argument("--out", type=Path, required=True, help="run folder")
     config = Config(**vars(parser.parse_args(argv)))
-    for path in (config.train / "config.json", config.train / "final" / "model.safetensors",
-                 config.train / "teacher.npy"):
+    for path in (config.train / "config.json", config.train / "final" / "model.safetensors"):
         if not path.exists():
             raise SystemExit(f"{path} not found: train with tools/train_geolip.py first")
     return config
@@ -68,11 +67,13 @@ def retrieval(queries, gallery):
 
 def main(argv=None):
     config = parse_config(argv)
-    trained = training_config(config.train)
+    trained = dataclasses.replace(training_config(config.train), out=config.train)
     training, validation = train_geolip.split_texts(trained)
-    if runs.read_json(config.train / "teacher-texts.json") != training + validation:
-        raise SystemExit(f"{config.train}'s teacher cache does not hold this run's texts")
-    targets = torch.from_numpy(np.load(config.train / "teacher.npy"))
+    targets = train_geolip.cached_teacher_embeddings(trained, training + validation)
+    if targets is None:
+        raise SystemExit(f"{train_geolip.teacher_cache(trained, [])[0]} does not hold the teacher embeddings of "
+                         f"{config.train}'s texts")
+    targets = torch.from_numpy(targets)
     train_targets, validation_targets = targets[:len(training)], targets[len(training):]
     final = config.train / "final"
 

@@ -147,6 +147,9 @@ def build_card(train_config, train, run, evaluation, export, ablation=None):
         f" Its mean cosine to the teacher ({memory['mean_cosine']:.3f}) is lower than the {ROW_NAMES[closest]}'s "
         f"({rows[closest]['mean_cosine']:.3f}): InfoNCE trains it to rank the right teacher embedding first, not to "
         "sit closest to it in absolute terms.")
+    teacher_precision = " in bf16 autocast" if train_config.get("teacher_bf16") else ""
+    teacher_time = (f"teacher embeddings {train['teacher_minutes']} min" if train.get("teacher_minutes")
+                    else "teacher embeddings read from a cache")
     ablation_section = ""
     if ablation is not None:
         ablation_eval, ablation_train = ablation
@@ -229,7 +232,7 @@ set).{cosine_note}
 
 - **Data:** {train['training_texts']:,} training texts: the {source} descriptions not held out, plus
   {train_config['flickr_captions']:,} Flickr8k training captions (short: one segment).
-- **Teacher:** {teacher}, frozen, its embeddings of the whole texts cached once.
+- **Teacher:** {teacher}, frozen, its embeddings of the whole texts computed once{teacher_precision} and cached.
 - **Projector:** {export['hidden_size']} -> {export['teacher_dim']}, initialised by orthogonal Procrustes on
   {init['texts']} training texts: mean cosine to the teacher {init['cosine_before']:.3f} -> {init['cosine_after']:.3f}
   (the published run: 0.001 -> 0.816).
@@ -241,7 +244,7 @@ set).{cosine_note}
 - **Optimisation:** {train_config['steps']:,} steps of {train_config['batch_size']} texts, AdamW (peak lr
   {train_config['learning_rate']:g}, weight decay {train_config['weight_decay']}), linear warm-up and decay, bf16
   autocast, seed {train_config['seed']}: {train['training_minutes']} min of training on a 2-core CPU,
-  {run['wall_minutes']} min for the whole run (teacher embeddings and evaluations included).
+  {run['wall_minutes']} min for the whole run ({teacher_time} and evaluations included).
 - **Validation m_acc** during training (steps {', '.join(map(str, steps))}): {history}.
 
 ![training curve](training_curve.png)

@@ -14,6 +14,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import typing
 from datetime import datetime
 from importlib import metadata
 from pathlib import Path
@@ -32,8 +33,9 @@ def add_config_flags(parser, config_class, skip=()):
         flag = "--" + item.name.replace("_", "-")
         if item.type is bool:
             parser.add_argument(flag, action=argparse.BooleanOptionalAction, default=None)
-        else:
-            parser.add_argument(flag, type=item.type, default=None)
+        else:  # `X | None` parses as X
+            kinds = [kind for kind in typing.get_args(item.type) if kind is not type(None)] or [item.type]
+            parser.add_argument(flag, type=kinds[0], default=None)
 
 
 def default_data_dir():

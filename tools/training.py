@@ -90,7 +90,7 @@ def run_stage(stage, model, steps, learning_rate, loss_at, config, writer, valid
         bar.update()
         if step % config.log_every == 0 or step == steps:
             point = {"step": step, "lr": schedule.get_last_lr()[0], **{k: v.item() for k, v in terms.items()}}
-            history["train"].append(point)
+            history["train"].append({**point, "seconds": round(history["training_seconds"], 1)})  # time so far
             for key, value in point.items():
                 if key != "step":
                     writer.add_scalar(f"{stage}/{key}", value, step)
