@@ -157,3 +157,9 @@ def test_generator_is_seeded_and_its_triples_are_checked():
         assert same_meaning(triple.anchor, triple.positive, LEXICON.synonyms)
         assert not same_meaning(triple.anchor, triple.negative, LEXICON.synonyms)
         assert triple.anchor.replace(" ", "") != triple.positive.replace(" ", "")
+
+
+def test_a_quantifier_at_the_end_of_a_left_operand_is_parenthesised():
+    # found by test_parse_of_print_is_identity: ⊥→∀x:⊥→⊥ reads the quantifier's body as ⊥→⊥
+    tree = Binary("→", Binary("→", Bottom(), Quant("∀", "x", Bottom())), Bottom())
+    assert to_text(tree, spaced=False) == "(⊥→∀x:⊥)→⊥" and parse(to_text(tree, spaced=False)) == tree

@@ -218,6 +218,16 @@ def parse(text: str) -> Node:
 # ---------------------------------------------------------------------------------------------------------------
 
 
+def _ends_in_quantifier(node: Node) -> bool:
+    """Whether the printed node ends in an unparenthesised quantifier (`a → ∀x: b`), whose body reaches to the end."""
+    if isinstance(node, Quant):
+        return True
+    if isinstance(node, Binary):
+        right_parenthesised = isinstance(node.right, Binary) and LEVEL[node.right.op] <= LEVEL[node.op]
+        return not right_parenthesised and _ends_in_quantifier(node.right)
+    return False
+
+
 def to_text(node: Node, spaced: bool = True) -> str:
     """Print with the fewest parentheses that parse back to the same tree.
 
@@ -240,8 +250,8 @@ def to_text(node: Node, spaced: bool = True) -> str:
         case Binary(op, left, right):
             level = LEVEL[op]
             left_text, right_text = to_text(left, spaced), to_text(right, spaced)
-            if isinstance(left, Quant) or (isinstance(left, Binary) and LEVEL[left.op] < level):
-                left_text = f"({left_text})"
+            if _ends_in_quantifier(left) or (isinstance(left, Binary) and LEVEL[left.op] < level):
+                left_text = f"({left_text})"  # a quantifier's body would swallow what follows
             if isinstance(right, Binary) and LEVEL[right.op] <= level:
                 right_text = f"({right_text})"
             gap = " " if spaced and level == 0 else ""
