@@ -18,8 +18,10 @@ from torch import nn
 from tqdm.auto import tqdm
 from transformers import AutoTokenizer, PreTrainedModel
 from transformers.modeling_outputs import BaseModelOutputWithPooling
+from transformers.utils import can_return_tuple
 
 from .configuration_captionbert import CaptionBertConfig
+from .shared_identity import embedding_space, trunk_hash
 from .shared_layers import Embeddings, Encoder
 from .shared_pooling import l2_normalize, masked_mean_pool
 
@@ -62,10 +64,11 @@ class CaptionBertModel(CaptionBertPreTrainedModel):
         self._amoe = None  # the attached arms' state (attach_amoe), None for the bare trunk
         self.post_init()
 
+    @can_return_tuple  # takes transformers' `return_dict` keyword, which sentence-transformers passes
     def forward(self, input_ids, attention_mask=None):
         """input_ids, attention_mask: (B, T). Returns BaseModelOutputWithPooling with
         last_hidden_state = token states (B, T, D), zeros at padded positions, and pooler_output = the
-        L2-normalised embedding (B, E)."""
+        L2-normalised embedding (B, E); with return_dict=False, the tuple (last_hidden_state, pooler_output)."""
         if attention_mask is None:
             attention_mask = torch.ones_like(input_ids)
         hidden = self.embeddings(input_ids)  # (B, T, D)
@@ -146,6 +149,18 @@ class CaptionBertModel(CaptionBertPreTrainedModel):
                 token_ids[i] = token_ids[i][:limit - 1] + token_ids[i][-1:]
         return token_ids
 
+    @property
+    def embedding_space(self):
+        """The short id of the space this model embeds into (shared_identity.py): a hash of the trunk's weights and,
+        with arms enabled, of those arms and the dispatch. Store it with an index built from these embeddings, and
+        query that index only with a model reporting the same id."""
+        state = self._amoe
+        if state is None:
+            return embedding_space(trunk_hash(self))
+        enabled = {name: trunk_hash(state["arms"][name]) for name in state["enabled"]}  # none: the bare trunk's id
+        return embedding_space(state["trunk_hash"], {**enabled, "dispatch": trunk_hash(state["dispatch"])} if enabled
+                               else None)
+
     # ---- AMOE arms (shared_amoe.py; imported only when one of these is called) ------------------------------------
 
     def attach_amoe(self, names=None, path=None, force=False):
@@ -156,7 +171,7 @@ class CaptionBertModel(CaptionBertPreTrainedModel):
         roster and its order from the dispatch; a list must name the same arms in the same order. force: attach arms
         trained on another trunk. Checks the toggle law (every arm off == the bare trunk) and raises on mismatch.
         """
-        from .shared_amoe import load_arm, load_dispatch, trunk_hash, unwrap_layers, wrap_layers
+        from .shared_amoe import load_arm, load_dispatch, unwrap_layers, wrap_layers
 
         if self._amoe is not None:
             raise RuntimeError("arms are attached already; detach_amoe() first")
@@ -177,7 +192,8 @@ class CaptionBertModel(CaptionBertPreTrainedModel):
             module.to(device=self.device, dtype=self.dtype)
         enabled = list(dispatch.roster)
         wrap_layers(self.encoder.layers, arms, dispatch, enabled)
-        self._amoe = {"arms": arms, "dispatch": dispatch, "enabled": enabled, "fingerprint": fingerprint}
+        self._amoe = {"arms": arms, "dispatch": dispatch, "enabled": enabled, "fingerprint": fingerprint,
+                      "trunk_hash": identity}
         with self.amoe_off():
             if not torch.equal(self._amoe_fingerprint(), fingerprint):
                 unwrap_layers(self.encoder.layers)

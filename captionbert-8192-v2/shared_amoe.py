@@ -12,7 +12,6 @@ Legend: N tokens (packed), D hidden, S slots (64), G slot groups (16) of width 4
 width (178), A arms in the roster, A' of them enabled.
 """
 
-import hashlib
 import json
 from pathlib import Path
 from typing import NamedTuple
@@ -22,6 +21,8 @@ import torch.nn.functional as F
 from safetensors import safe_open
 from safetensors.torch import save_file
 from torch import nn
+
+from .shared_identity import content_hash
 
 SLOTS, GROUP_WIDTH, ATOMS, HEAD_WIDTH = 64, 4, 64, 178
 KEY_WIDTH = 64  # width of the dispatch's fixed key projection
@@ -265,24 +266,6 @@ def unwrap_layers(layers):
 # ---- files: safetensors only, header metadata checked on load -------------------------------------------------------
 
 ARM_FORMAT, DISPATCH_FORMAT, FORMAT_VERSION = "amoe-arm", "amoe-dispatch", "1"
-
-
-def content_hash(tensors):
-    """sha256 over a {name: tensor} dict: sorted names, dtypes, shapes and bytes. Used for files and trunks alike."""
-    digest = hashlib.sha256()
-    for name in sorted(tensors):
-        tensor = tensors[name].detach().cpu().contiguous()
-        digest.update(f"{name}|{tensor.dtype}|{tuple(tensor.shape)}|".encode())
-        digest.update(tensor.reshape(-1).view(torch.uint8).numpy().tobytes())
-    return digest.hexdigest()
-
-
-def trunk_hash(trunk):
-    """The trunk identity arms record: content_hash of the trunk module's state dict with floating tensors rounded
-    to bfloat16, so one trunk has one identity whether it runs in float32 or bfloat16, while any trained change of
-    its weights still changes it."""
-    return content_hash({name: tensor.to(torch.bfloat16) if tensor.is_floating_point() else tensor
-                         for name, tensor in trunk.state_dict().items()})
 
 
 def _read(path, expected_format):

@@ -25,6 +25,7 @@ from transformers import AutoModel, AutoTokenizer, PreTrainedModel
 from transformers.modeling_outputs import BaseModelOutputWithPooling
 
 from .configuration_geolip import GeolipConfig
+from .shared_identity import embedding_space, trunk_hash
 from .shared_pooling import l2_normalize, masked_mean_pool
 from .shared_segments import covered_tokens, segment_batch
 
@@ -252,6 +253,12 @@ class GeolipModel(GeolipPreTrainedModel):
         if single:
             embeddings = embeddings[0]
         return embeddings.cpu().numpy() if convert_to_numpy else embeddings
+
+    @property
+    def embedding_space(self):
+        """The short id of the space this model embeds into (shared_identity.py): a hash of all its weights. Store it
+        with an index built from these embeddings, and query that index only with a model reporting the same id."""
+        return embedding_space(trunk_hash(self))
 
 
 __all__ = ["GeolipModel", "GeolipOutput", "GeolipPreTrainedModel"]

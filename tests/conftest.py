@@ -120,3 +120,14 @@ def kill_when(process, path):
         time.sleep(0.02)
     process.send_signal(signal.SIGKILL)
     process.wait()
+
+
+def assert_card_from_records(export, folder):
+    """The card an export wrote is what tools/cards.py regenerates from the records, and every number in it comes
+    from those records (or is a published value the specs quote)."""
+    from tools import cards
+
+    path, card = cards.export_tool(export).card_from_records(export)
+    assert path == folder / "README.md" and path.read_text() == card
+    numbers = cards.record_numbers([*cards.source_folders(export), folder / "config.json"])
+    assert cards.unaccounted_numbers(card, numbers, cards.published_numbers()) == []

@@ -7,9 +7,9 @@ import math
 import pytest
 import torch
 
-from shared_modeling.amoe import (Arm, ArmSite, Dispatch, add_arms, arm_weights, content_hash, load_arm, load_dispatch,
-                                  mix_matrices, save_arm, save_dispatch, sinh_cosh_mix, trunk_hash, unwrap_layers,
-                                  wrap_layers)
+from shared_modeling.amoe import (Arm, ArmSite, Dispatch, add_arms, arm_weights, load_arm, load_dispatch, mix_matrices,
+                                  save_arm, save_dispatch, sinh_cosh_mix, unwrap_layers, wrap_layers)
+from shared_modeling.identity import content_hash, trunk_hash
 from shared_modeling.layers import Encoder
 
 
@@ -267,6 +267,27 @@ def model_with_arms(tmp_path):
 
 def embed(model):
     return model._amoe_fingerprint()
+
+
+def test_embedding_space_names_the_trunk_and_the_enabled_arms(model_with_arms):
+    _, model = model_with_arms
+    bare = model.embedding_space
+    assert len(bare) == 12 and model.to(torch.bfloat16).embedding_space == bare  # precision is not a new space
+    model.float()
+    model.attach_amoe()
+    both = model.embedding_space
+    assert both.startswith(bare + "+amoe(paraphrase,equiv):")
+    with model.amoe_off():
+        assert model.embedding_space == bare  # every arm off is the bare trunk, bit for bit
+    model.set_amoe(["equiv"])
+    assert model.embedding_space.startswith(bare + "+amoe(equiv):") and model.embedding_space != both
+    model.set_amoe(["paraphrase", "equiv"])
+    assert model.embedding_space == both
+    model.detach_amoe()
+    assert model.embedding_space == bare
+    with torch.no_grad():
+        model.encoder.layers[0].attention.qkv.weight.add_(0.01)  # another training run: another space
+    assert model.embedding_space != bare
 
 
 def test_model_toggle_law_attach_off_set_detach_cycles(model_with_arms):

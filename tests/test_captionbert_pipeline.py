@@ -10,7 +10,8 @@ import numpy as np
 import pytest
 from safetensors.numpy import load_file
 
-from conftest import ENV, ROOT, TINY_CAPTIONBERT, captionbert_copy, finish, kill_when, run_tool
+from conftest import (ENV, ROOT, TINY_CAPTIONBERT, assert_card_from_records, captionbert_copy, finish, kill_when,
+                      run_tool)
 from tools import align_teachers, corpus, evaluate
 from tools.extract_teachers import write_shard
 
@@ -238,7 +239,9 @@ def test_pipeline_end_to_end_exports_a_loadable_folder_with_a_generated_card(tmp
                           "--encoder", str(tiny_teachers[0]), "--encoder", str(tiny_teachers[1])]) == 0
     target = captionbert_copy(tmp_path / "hub-folder", **{**TINY_CAPTIONBERT, "output_dim": 48})
     assert export_captionbert.main(["--extract", str(extraction), "--align", str(alignment), "--distill",
-                                    str(distill), "--eval", str(eval_dir), "--to", str(target)]) == 0
+                                    str(distill), "--eval", str(eval_dir), "--out", str(tmp_path / "export"),
+                                    "--to", str(target)]) == 0
+    assert_card_from_records(tmp_path / "export", target)
 
     assert (target / "model.safetensors").read_bytes() == (distill / "final" / "model.safetensors").read_bytes()
     card = (target / "README.md").read_text()
@@ -255,7 +258,7 @@ def test_pipeline_end_to_end_exports_a_loadable_folder_with_a_generated_card(tmp
     (distill / "final" / "model.safetensors").write_bytes(b"0" * 10)
     with pytest.raises(SystemExit, match="scored other weights"):
         export_captionbert.main(["--extract", str(extraction), "--align", str(alignment), "--distill", str(distill),
-                                 "--eval", str(eval_dir), "--to", str(target)])
+                                 "--eval", str(eval_dir), "--out", str(tmp_path / "export-2"), "--to", str(target)])
 
 
 def test_silver_pairs_are_scored_by_the_teachers_cosine(tmp_path, extraction):

@@ -9,7 +9,8 @@ import numpy as np
 import pytest
 from safetensors.numpy import load_file
 
-from conftest import finish, kill_when, run_tool
+from conftest import assert_card_from_records, finish, kill_when, run_tool
+from shared_modeling.identity import embedding_space, trunk_hash
 from tools import build_glyph_corpus, evaluate_glyph, train_glyph
 from tools.build_glyph_corpus import read_triples
 from tools.glyph.generate import Lexicon
@@ -193,6 +194,11 @@ def test_export_fills_a_folder_that_loads_without_custom_code_and_in_llama_cpp(t
     assert f"| glyph-embedder-v2 | {rows['glyph-embedder-v2']['win_rate']:.3f} |" in card
     assert "library_name: sentence-transformers" in card and "(training_curve.png)" in card
     assert (hub / "training_curve.png").is_file() and not list(hub.glob("*.py"))
+    assert_card_from_records(tmp_path / "export", hub)
+    from transformers import AutoModel
+
+    assert record["embedding_space"] == embedding_space(trunk_hash(AutoModel.from_pretrained(hub)))
+    assert json.loads((hub / "config.json").read_text())["embedding_space"] == record["embedding_space"]
 
 
 def test_export_refuses_an_evaluation_of_other_weights(tmp_path, corpus, trained):

@@ -9,7 +9,7 @@ import pytest
 import torch
 from transformers import AutoModel
 
-from conftest import ROOT, tiny_teacher
+from conftest import ROOT, assert_card_from_records, tiny_teacher
 from tools import evaluate_geolip, export_geolip, train_geolip
 
 
@@ -60,6 +60,8 @@ def test_tiny_run_trains_evaluates_and_exports_a_loadable_folder(tmp_path, data_
     card = (folder / "README.md").read_text()
     assert f"| {evaluation['rows']['memory']['m_acc']:.3f} |" in card and "not the CLIP-L model" in card
     assert "452 distinct tokens" in card and (folder / "model.safetensors").exists()
+    assert_card_from_records(tmp_path / "export", folder)
+    assert export["embedding_space"] == AutoModel.from_pretrained(folder, trust_remote_code=True).embedding_space
     (tmp_path / "eval" / "metrics.json").write_text(json.dumps({**evaluation, "weights_sha256": "0" * 64}))
     with pytest.raises(SystemExit, match="other weights"):
         export_geolip.main(["--train", str(out), "--eval", str(tmp_path / "eval"), "--out", str(tmp_path / "x"),

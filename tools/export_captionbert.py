@@ -10,8 +10,10 @@ What it does:
     1. checks that the student's config matches the folder's architecture and that the evaluation scored exactly
        these weights (same sha256), so every number in the card belongs to the weights beside it;
     2. copies model.safetensors and the loss curve into the folder (config, code and tokenizer are the folder's own;
-       `make check-vendor` guards the vendored code);
-    3. loads the folder with AutoModel in a fresh process and checks it embeds like the trained student;
+       `make check-vendor` guards the vendored code) and writes its sentence-transformers files (modules.json,
+       sentence_bert_config.json, config_sentence_transformers.json) from its config;
+    3. loads the folder with AutoModel in a fresh process and checks it embeds like the trained student, and with
+       SentenceTransformer(trust_remote_code=True) in the same process, which must give AutoModel's embeddings;
     4. with --amoe (a tools/train_amoe.py select run on these weights): copies its amoe/ library into the folder
        and checks, in a fresh process, that attach_amoe() loads the shipped collective and that amoe_off() gives
        the bare embeddings bit for bit;
@@ -27,7 +29,9 @@ import textwrap
 from dataclasses import dataclass
 from pathlib import Path
 
-from tools import encoders, evaluate, runs
+import numpy as np
+
+from tools import cards, encoders, evaluate, runs
 
 CAPTIONBERT = runs.ROOT / "captionbert-8192-v2"
 STUDENT = "captionbert-8192-v2"
@@ -35,6 +39,10 @@ FOR_SCALE = "all-MiniLM-L6-v2"
 ARCHITECTURE_KEYS = ("vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size",
                      "max_position_embeddings", "output_dim", "layer_norm_eps", "pad_token_id", "model_type")
 PROBE_TEXTS = ["A dog runs across the grass.", "Two men play chess in a park at dusk."]
+STS_DATASETS = {"STS12": "mteb/sts12-sts", "STS13": "mteb/sts13-sts", "STS14": "mteb/sts14-sts",
+                "STS15": "mteb/sts15-sts", "STS16": "mteb/sts16-sts", "STS-B": "mteb/stsbenchmark-sts",
+                "SICK-R": "mteb/sickr-sts", "BIOSSES": "mteb/biosses-sts"}  # the MTEB copies of the eight test sets
+ST_TOLERANCE = 1e-5  # SentenceTransformer vs AutoModel encode: the same forward, batched differently
 
 
 @dataclass
@@ -43,6 +51,8 @@ class Config:
     align: Path  # tools/align_teachers.py folder
     distill: Path  # tools/distill_captionbert.py folder (final/ holds the student)
     eval: Path  # tools/evaluate.py run that scored the student (row STUDENT) and the teachers
+    out: Path  # run folder for this export's checks (config.json, run.json, metrics.json)
+    goal_mean: float = 0.65  # the cpu preset's STS-8 mean goal the card measures the student against
     to: Path = CAPTIONBERT  # the Hub folder to fill
     amoe: Path | None = None  # tools/train_amoe.py select run whose amoe/ library ships with these weights
 
@@ -66,18 +76,55 @@ def check_inputs(config):
     return final, metrics
 
 
-def fresh_process_embeddings(folder, amoe=False):
+def sentence_transformers_files(model_config):
+    """{file name: JSON} that make a captionbert folder a Sentence Transformers model. One module, the folder's own
+    sentence_transformers_module.CaptionBertTransformer: the stock Transformer running the model's forward and taking
+    its pooler_output (the normalised embedding `encode` returns), so no Pooling or Normalize module follows; inputs
+    are truncated at the model's positions, as `encode` does."""
+    return {
+        "modules.json": [{"idx": 0, "name": "0", "path": "",
+                          "type": "sentence_transformers_module.CaptionBertTransformer"}],
+        "sentence_bert_config.json": {
+            "transformer_task": "feature-extraction",
+            "modality_config": {"text": {"method": "forward", "method_output_name": "pooler_output"}},
+            "module_output_name": "sentence_embedding",
+            "max_seq_length": model_config["max_position_embeddings"],
+        },
+        "config_sentence_transformers.json": {"model_type": "SentenceTransformer", "prompts": {},
+                                              "default_prompt_name": None, "similarity_fn_name": "cosine"},
+    }
+
+
+def write_sentence_transformers_files(folder):
+    """Write those files into `folder`, from its config.json."""
+    for name, payload in sentence_transformers_files(runs.read_json(Path(folder) / "config.json")).items():
+        runs.write_json(Path(folder) / name, payload)
+
+
+def fresh_process_embeddings(folder, amoe=False, sentence_transformers=False, identity=False):
     """Embeddings of PROBE_TEXTS from `folder`, loaded by AutoModel in a new Python process. amoe: also attach the
-    shipped collective and return its embeddings ("amoe") and those with every arm off ("amoe_off")."""
+    shipped collective and return its embeddings ("amoe") and those with every arm off ("amoe_off").
+    sentence_transformers: also load the folder with SentenceTransformer and return its embeddings and width.
+    identity: also return its embedding_space id, and with amoe the id with the collective on."""
     script = textwrap.dedent(f"""
-        import json, sys
+        import importlib.util, json, sys
         from transformers import AutoModel
+        assert importlib.util.find_spec("shared_modeling") is None, "the project must not be importable here"
         model = AutoModel.from_pretrained(sys.argv[1], trust_remote_code=True)
         result = {{"parameters": sum(p.numel() for p in model.parameters()),
                    "embeddings": model.encode({PROBE_TEXTS!r}, show_progress_bar=False).tolist()}}
+        if {identity!r}:
+            result["embedding_space"] = model.embedding_space
+        if {sentence_transformers!r}:
+            from sentence_transformers import SentenceTransformer
+            st = SentenceTransformer(sys.argv[1], trust_remote_code=True, local_files_only=True, device="cpu")
+            result["sentence_transformers"] = st.encode({PROBE_TEXTS!r}, show_progress_bar=False).tolist()
+            result["sentence_transformers_dimension"] = st.get_embedding_dimension()
         if {amoe!r}:
             model.attach_amoe()
             result["amoe"] = model.encode({PROBE_TEXTS!r}, show_progress_bar=False).tolist()
+            if {identity!r}:
+                result["embedding_space_with_arms"] = model.embedding_space
             with model.amoe_off():
                 result["amoe_off"] = model.encode({PROBE_TEXTS!r}, show_progress_bar=False).tolist()
             result["roster"] = model.detach_amoe()["dispatch"].roster
@@ -107,12 +154,15 @@ def sts_table(metrics, extract_manifest):
     return "\n".join(lines)
 
 
-def build_card(config, metrics, extract_manifest, align_report, distill_metrics, distill_config, parameters, amoe=""):
+def build_card(metrics, extract_manifest, extraction, align_report, distill_metrics, distill_config, export, amoe=""):
     student = metrics[STUDENT]
     teachers = extract_manifest["teachers"]
     best_teacher = max((t["name"] for t in teachers), key=lambda name: metrics[name]["mean"])
     lowest_teacher_self_cos = min(metrics[t["name"]]["self_cos"] for t in teachers)
-    corpus = runs.read_json(config.extract / "extraction.json")["corpus"]
+    corpus = extraction["corpus"]
+    parameters = export["parameters"]
+    arms_space = (f" With the shipped arms on it is `{export['embedding_space_with_arms']}`: arms change the space "
+                  "too, and the id names the enabled arms." if export["embedding_space_with_arms"] else "")
     corpus_lines = "\n".join(
         f"| {source} | {s['kept']:,} | {s['dropped_held_out']:,} | {s['dropped_duplicate']:,} |"
         for source, s in corpus.get("stats", {}).items()) or f"| {corpus['source']} | all | - | - |"
@@ -124,16 +174,17 @@ def build_card(config, metrics, extract_manifest, align_report, distill_metrics,
         f"{align_report['teachers'][t['name']]['shared_directions']} |" for t in teachers)
     train = distill_metrics["final_train"]
     curve = "loss_curve.png"
-    verdict_mean = "reaches" if student["mean"] >= 0.65 else "does not reach"
+    verdict_mean = "reaches" if student["mean"] >= export["goal_mean"] else "does not reach"
     verdict_cos = "below" if student["self_cos"] < lowest_teacher_self_cos else "not below"
-    return f"""---
-library_name: transformers
-pipeline_tag: sentence-similarity
-language: en
-license: apache-2.0
-tags: [sentence-embeddings, remote-code, distillation]
----
-
+    results = [{"task_type": "sentence-similarity", "dataset_type": STS_DATASETS[task], "dataset_name": task,
+                "dataset_split": "test", "metric_type": "spearman", "metric_name": f"{task} Spearman (cosine)",
+                "metric_value": round(student[task], 4)} for task in evaluate.TASKS]
+    metadata = cards.front_matter(library_name="transformers", pipeline_tag="sentence-similarity",
+                                  tags=["sentence-embeddings", "sentence-transformers", "remote-code", "distillation"],
+                                  datasets=["nlphuji/flickr8k", "google/imageinwords", "nyu-mll/glue",
+                                            "stanfordnlp/snli", "sentence-transformers/stsb"],
+                                  model_name=STUDENT, results=results)
+    return f"""{metadata}
 # captionbert-8192-v2
 
 A {parameters / 1e6:.1f}M-parameter sentence encoder ({parameters:,} parameters) with 8,192 learned positions,
@@ -166,6 +217,21 @@ sentence embedding `(B, 768)`, `last_hidden_state` the token states `(B, T, 512)
 (`AutoTokenizer.from_pretrained(...)`; pass `trust_remote_code=True` there too to skip transformers' prompt about
 the custom config). Attention runs through PyTorch SDPA; `attn_implementation="eager"` selects the reference path.
 
+With Sentence Transformers (v6), the same embeddings as `encode`:
+
+```python
+from sentence_transformers import SentenceTransformer
+
+model = SentenceTransformer("<org>/captionbert-8192-v2", trust_remote_code=True)
+embeddings = model.encode(["a dog runs on the beach", "a puppy plays in the sand"])  # (2, 768), unit rows
+```
+
+Its pipeline (`modules.json`) is one module, `sentence_transformers_module.py`: the stock `Transformer` running this
+model's `forward` and returning its `pooler_output`, so the pooling is written once, in `modeling_captionbert.py`.
+It truncates at 8,192 tokens as `encode` does, but without a warning, and it loads the bare trunk, as `AutoModel` does.
+
+{cards.embedding_space_paragraph(export['embedding_space'], 'model.embedding_space')}{arms_space}
+
 ## Evaluation
 
 Eight English STS test sets (Spearman of cosine vs gold, every model mean-pooled as it ships and L2-normalised, no
@@ -176,8 +242,8 @@ is more isotropic); `erank` = participation ratio of the centred embeddings of t
 
 {sts_table(metrics, extract_manifest)}
 
-The student {verdict_mean} the 0.65 goal of this preset (mean {student['mean']:.4f}; best teacher {best_teacher}
-{metrics[best_teacher]['mean']:.4f}) and its self_cos ({student['self_cos']:+.3f}) is {verdict_cos} every
+The student {verdict_mean} the {export['goal_mean']} goal of this preset (mean {student['mean']:.4f}; best teacher
+{best_teacher} {metrics[best_teacher]['mean']:.4f}) and its self_cos ({student['self_cos']:+.3f}) is {verdict_cos} every
 teacher's (lowest {lowest_teacher_self_cos:+.3f}). {FOR_SCALE} was trained on 1B+ labelled pairs; this student never
 saw a label itself, only the teachers' embeddings.
 
@@ -185,7 +251,7 @@ saw a label itself, only the teachers' embeddings.
 
 **Corpus** ({extract_manifest['corpus']['rows']:,} texts, sha256 `{extract_manifest['corpus']['sha256'][:12]}`): any
 text whose normalised form occurs in an STS-8 test set or among the Flickr8k test captions is dropped (STS-B train
-reuses STS 2012-2016 test sentences; MSRpar comes from MRPC; SICK and SNLI premises from Flickr captions), and so
+reuses STS12-16 test sentences; MSRpar comes from MRPC; SICK and SNLI premises from Flickr captions), and so
 are duplicates.
 
 | source | kept | dropped (held out) | dropped (duplicate) |
@@ -324,7 +390,8 @@ model.detach_amoe()               # the original layers back; returns the arms a
 ```
 
 Arms are trained against this trunk's residual stream: each file records the trunk's content hash and attaching
-them to another trunk is refused (`force=True` overrides).
+them to another trunk is refused (`force=True` overrides). In Sentence Transformers the same calls go to the
+underlying model: `st[0].auto_model.attach_amoe()`, after which `st.encode` gives the arms' embeddings.
 
 **STS-8 with arms** (same protocol as above). Control = an untrained arm in place of the last accepted one, under a
 dispatch trained the same way. The collective {verdict}: {gain:+.4f} on the mean, above the trunk on
@@ -363,45 +430,74 @@ def _cosine(value):
     return "n/a (widths differ)" if value is None else f"{value:.3f}"
 
 
+def card_from_records(folder):
+    """(the README.md to write, its text), from run records alone: this export run's config.json and metrics.json,
+    and the extraction, alignment, distillation, evaluation and arm-selection runs its config names (tools/cards.py
+    regenerates cards with it)."""
+    config = runs.read_json(Path(folder) / "config.json")
+    extract, align, distill = Path(config["extract"]), Path(config["align"]), Path(config["distill"])
+    amoe = ""
+    if config["amoe"] is not None:
+        select = Path(config["amoe"])
+        amoe = amoe_section(runs.read_json(select / "metrics.json"),
+                            runs.read_json(select / "amoe" / "arms" / "ARMS.json"))
+    card = build_card(runs.read_json(Path(config["eval"]) / "metrics.json"), runs.read_json(extract / "manifest.json"),
+                      runs.read_json(extract / "extraction.json"), runs.read_json(align / "report.json"),
+                      runs.read_json(distill / "metrics.json"), runs.read_json(distill / "config.json"),
+                      runs.read_json(Path(folder) / "metrics.json"), amoe)
+    return Path(config["to"]) / "README.md", card
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--extract", type=Path, required=True)
     parser.add_argument("--align", type=Path, required=True)
     parser.add_argument("--distill", type=Path, required=True)
     parser.add_argument("--eval", type=Path, required=True)
+    parser.add_argument("--out", type=Path, required=True, help="run folder for this export's checks")
     parser.add_argument("--to", type=Path, default=CAPTIONBERT, help="the captionbert Hub folder to fill")
     parser.add_argument("--amoe", type=Path, default=None, help="tools/train_amoe.py select run to ship")
     config = Config(**vars(parser.parse_args(argv)))
     final, metrics = check_inputs(config)
-    select = arms_json = None
+    select = None
     if config.amoe is not None:
         if not (config.amoe / "metrics.json").is_file():
             raise SystemExit(f"{config.amoe} is not a finished tools/train_amoe.py select run")
         select = runs.read_json(config.amoe / "metrics.json")
-        arms_json = runs.read_json(config.amoe / "amoe" / "arms" / "ARMS.json")
 
-    shutil.copy(final / "model.safetensors", config.to / "model.safetensors")
-    shutil.copy(config.distill / "loss_curve.png", config.to / "loss_curve.png")
-    if (config.to / "amoe").exists():  # arms belong to one trunk: never leave another build's arms behind
-        shutil.rmtree(config.to / "amoe")
-    if select is not None:
-        shutil.copytree(config.amoe / "amoe", config.to / "amoe")
-    exported, trained = fresh_process_embeddings(config.to, amoe=select is not None), fresh_process_embeddings(final)
-    if exported["embeddings"] != trained["embeddings"]:
-        raise SystemExit(f"{config.to} embeds differently from {final} after the copy")
-    print(f"{config.to} loads with AutoModel in a fresh process: {exported['parameters']:,} parameters, "
-          f"embeddings identical to the trained student")
-    if select is not None:
-        if exported["amoe_off"] != exported["embeddings"] or exported["roster"] != select["shipped"]["roster"]:
-            raise SystemExit(f"{config.to}: the shipped arms break the toggle law or the roster differs")
-        print(f"attach_amoe() loads the collective {exported['roster']}; amoe_off() equals the bare trunk exactly")
-
-    card = build_card(config, metrics, runs.read_json(config.extract / "manifest.json"),
-                      runs.read_json(config.align / "report.json"), runs.read_json(config.distill / "metrics.json"),
-                      runs.read_json(config.distill / "config.json"), exported["parameters"],
-                      amoe_section(select, arms_json) if select is not None else "")
-    (config.to / "README.md").write_text(card)
-    print(f"wrote {config.to / 'README.md'}\n")
+    with runs.RunRecord(config.out, config, "export_captionbert"):
+        shutil.copy(final / "model.safetensors", config.to / "model.safetensors")
+        shutil.copy(config.distill / "loss_curve.png", config.to / "loss_curve.png")
+        write_sentence_transformers_files(config.to)
+        if (config.to / "amoe").exists():  # arms belong to one trunk: never leave another build's arms behind
+            shutil.rmtree(config.to / "amoe")
+        if select is not None:
+            shutil.copytree(config.amoe / "amoe", config.to / "amoe")
+        exported = fresh_process_embeddings(config.to, amoe=select is not None, sentence_transformers=True,
+                                            identity=True)
+        trained = fresh_process_embeddings(final)
+        if exported["embeddings"] != trained["embeddings"]:
+            raise SystemExit(f"{config.to} embeds differently from {final} after the copy")
+        print(f"{config.to} loads with AutoModel in a fresh process: {exported['parameters']:,} parameters, "
+              f"embeddings identical to the trained student")
+        st_gap = float(abs(np.array(exported["sentence_transformers"]) - np.array(exported["embeddings"])).max())
+        if st_gap > ST_TOLERANCE or exported["sentence_transformers_dimension"] != len(exported["embeddings"][0]):
+            raise SystemExit(f"{config.to}: SentenceTransformer differs from AutoModel's encode (max gap "
+                             f"{st_gap:.2e}, width {exported['sentence_transformers_dimension']})")
+        print(f"it loads with SentenceTransformer (trust_remote_code=True) too: max gap to encode {st_gap:.1e}")
+        if select is not None:
+            if exported["amoe_off"] != exported["embeddings"] or exported["roster"] != select["shipped"]["roster"]:
+                raise SystemExit(f"{config.to}: the shipped arms break the toggle law or the roster differs")
+            print(f"attach_amoe() loads the collective {exported['roster']}; amoe_off() equals the bare trunk exactly")
+        export = {"parameters": exported["parameters"], "sentence_transformers_max_gap": st_gap,
+                  "embedding_space": exported["embedding_space"],
+                  "embedding_space_with_arms": exported.get("embedding_space_with_arms"),
+                  "roster": exported.get("roster"), "weights_sha256": encoders.weights_hash(config.to),
+                  "goal_mean": config.goal_mean}
+        runs.write_json(config.out / "metrics.json", export)
+        path, card = card_from_records(config.out)
+        path.write_text(card)
+    print(f"wrote {path}\n")
     print(sts_table(metrics, runs.read_json(config.extract / "manifest.json")))
     if select is not None:
         print(f"\nAMOE arms on the trunk (shipped collective: {' + '.join(select['shipped']['roster'])})\n")

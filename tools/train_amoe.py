@@ -49,8 +49,9 @@ from torch.utils.tensorboard import SummaryWriter
 from tqdm.auto import tqdm
 from transformers import AutoModel
 
-from shared_modeling.amoe import (TAU, Arm, Dispatch, load_arm, load_dispatch, save_arm, save_dispatch, trunk_hash,
-                                  unwrap_layers, wrap_layers)
+from shared_modeling.amoe import (TAU, Arm, Dispatch, load_arm, load_dispatch, save_arm, save_dispatch, unwrap_layers,
+                                  wrap_layers)
+from shared_modeling.identity import trunk_hash
 from shared_modeling.losses import cosent, info_nce_with_hard_negatives, symmetric_info_nce
 from tools import evaluate, pairs, runs
 

@@ -19,8 +19,8 @@ SOURCE = ROOT / "shared_modeling"
 
 # Hub folder -> the shared_modeling modules it vendors (every module a vendored module imports must be listed too).
 VENDORED = {
-    "captionbert-8192-v2": ["layers", "pooling", "amoe"],
-    "geolip-clip-ctx576": ["pooling", "segments"],
+    "captionbert-8192-v2": ["layers", "pooling", "identity", "amoe"],
+    "geolip-clip-ctx576": ["pooling", "segments", "identity"],
 }
 
 RELATIVE_IMPORT = re.compile(r"^from \.(\w+) import ", flags=re.MULTILINE)
@@ -33,30 +33,32 @@ def vendored_text(module):
     return header + RELATIVE_IMPORT.sub(r"from .shared_\1 import ", source)
 
 
-def expected_files():
-    """{path: text} of every vendored file that should exist."""
-    files = {}
-    for folder, modules in VENDORED.items():
-        for module in modules:
-            text = vendored_text(module)
-            missing = set(RELATIVE_IMPORT.findall((SOURCE / f"{module}.py").read_text())) - set(modules)
-            if missing:
-                raise SystemExit(f"{folder}: shared_modeling/{module}.py imports {sorted(missing)}, not vendored there")
-            files[ROOT / folder / f"shared_{module}.py"] = text
+def expected_copies(folder):
+    """{path: text} of the vendored files a Hub folder must hold, wherever it lies (a copy about to be published,
+    too): the copies VENDORED lists for a folder of its name."""
+    folder, files = Path(folder), {}
+    modules = VENDORED.get(folder.name, [])
+    for module in modules:
+        missing = set(RELATIVE_IMPORT.findall((SOURCE / f"{module}.py").read_text())) - set(modules)
+        if missing:
+            raise SystemExit(f"{folder.name}: shared_modeling/{module}.py imports {sorted(missing)}, not vendored "
+                             "there")
+        files[folder / f"shared_{module}.py"] = vendored_text(module)
     return files
 
 
-def stale_files(files):
-    """shared_*.py files in a vendoring folder that no longer correspond to a vendored module."""
-    return [path for folder in VENDORED for path in sorted((ROOT / folder).glob("shared_*.py")) if path not in files]
+def stale_files(folder, files):
+    """shared_*.py files in `folder` that no longer correspond to a vendored module."""
+    return [path for path in sorted(Path(folder).glob("shared_*.py")) if path not in files]
 
 
-def drift(files):
-    """Human-readable problems: copies that are missing or differ, and stale copies."""
-    problems = [f"missing: {p.relative_to(ROOT)}" for p, text in files.items() if not p.exists()]
-    problems += [f"differs from its source: {p.relative_to(ROOT)}"
+def folder_drift(folder):
+    """Human-readable problems of one folder's copies: missing, differing from their source, stale."""
+    folder, files = Path(folder), expected_copies(folder)
+    problems = [f"missing: {folder.name}/{p.name}" for p in files if not p.exists()]
+    problems += [f"differs from its source: {folder.name}/{p.name}"
                  for p, text in files.items() if p.exists() and p.read_text() != text]
-    problems += [f"stale (no longer vendored): {p.relative_to(ROOT)}" for p in stale_files(files)]
+    problems += [f"stale (no longer vendored): {folder.name}/{p.name}" for p in stale_files(folder, files)]
     return problems
 
 
@@ -65,16 +67,18 @@ def main(argv=None):
     parser.add_argument("--check", action="store_true", help="only compare; exit 1 on drift")
     args = parser.parse_args(argv)
 
-    files = expected_files()
-    problems = drift(files)
+    folders = [ROOT / name for name in VENDORED]
+    problems = [problem for folder in folders for problem in folder_drift(folder)]
+    files = {path: text for folder in folders for path, text in expected_copies(folder).items()}
     if args.check:
         if problems:
             print("vendored copies drifted from shared_modeling/ (run `make vendor`):", *problems, sep="\n  ")
             return 1
         print(f"vendored copies up to date ({len(files)} files)")
         return 0
-    for path in stale_files(files):
-        path.unlink()
+    for folder in folders:
+        for path in stale_files(folder, files):
+            path.unlink()
     for path, text in files.items():
         path.write_text(text)
     print(f"vendored {len(files)} files; fixed: {problems or 'nothing'}")

@@ -1,0 +1,130 @@
+"""captionbert-8192-v2 in Sentence Transformers: the folder's modules.json pipeline, loaded with trust_remote_code,
+gives the embeddings of the model's own `encode` (truncation, padding, batching, a save round trip, a fresh process
+without the project); the shipped arms are off at load, as with AutoModel, and follow attach_amoe on the underlying
+model; and the same holds for the real weights when `make demo` has built them."""
+
+import json
+
+import numpy as np
+import pytest
+from sentence_transformers import SentenceTransformer
+from transformers import AutoModel
+
+from conftest import CAPTIONBERT, TINY_CAPTIONBERT, build_from_folder, captionbert_copy
+from test_amoe import model_with_arms  # noqa: F401  (fixture: a tiny captionbert folder that ships a collective)
+from tools import corpus, evaluate, export_captionbert
+
+TOLERANCE = 1e-5  # the same forward either way; only the batching differs
+POSITIONS = 32  # the tiny folder's learned positions, so that truncation is cheap to reach
+LONG = ("A crowded street market at dusk, with stalls selling oranges, figs and bread, paper lanterns hanging "
+        "overhead, people in heavy coats haggling over prices, a musician playing an accordion beside a fountain, "
+        "children chasing pigeons across the wet cobblestones, and a tram passing slowly behind the crowd.")
+TEXTS = ["A dog runs across the grass.", "two men play chess in a park", "a", "", LONG, "Ein Hund läuft."]
+
+
+def sentence_transformer(folder):
+    return SentenceTransformer(str(folder), trust_remote_code=True, local_files_only=True, device="cpu")
+
+
+def test_the_shipped_files_are_what_export_writes():
+    written = export_captionbert.sentence_transformers_files(json.loads((CAPTIONBERT / "config.json").read_text()))
+    for name, payload in written.items():
+        assert json.loads((CAPTIONBERT / name).read_text()) == payload, name
+    assert written["sentence_bert_config.json"]["max_seq_length"] == 8192
+    module, name = written["modules.json"][0]["type"].split(".")
+    assert f"class {name}(" in (CAPTIONBERT / f"{module}.py").read_text()
+
+
+@pytest.fixture(scope="module")
+def tiny_folder(tmp_path_factory):
+    """A saved tiny captionbert with 64 positions and the sentence-transformers files export writes for it."""
+    folder = captionbert_copy(tmp_path_factory.mktemp("st") / "captionbert-st",
+                              **{**TINY_CAPTIONBERT, "max_position_embeddings": POSITIONS})
+    build_from_folder(folder).save_pretrained(folder)
+    export_captionbert.write_sentence_transformers_files(folder)
+    return folder
+
+
+def test_sentence_transformers_gives_the_models_encode(tiny_folder):
+    model = AutoModel.from_pretrained(tiny_folder, trust_remote_code=True).eval()
+    st = sentence_transformer(tiny_folder)
+    assert st.max_seq_length == POSITIONS and st.get_embedding_dimension() == TINY_CAPTIONBERT["output_dim"]
+    assert len(model.tokenizer(LONG)["input_ids"]) > POSITIONS  # LONG is truncated on both paths
+    with pytest.warns(UserWarning, match="truncated"):
+        expected = model.encode(TEXTS)
+    for batch_size in (len(TEXTS), 4, 1):  # one padded batch, batches of mixed lengths, no padding at all
+        np.testing.assert_allclose(st.encode(TEXTS, batch_size=batch_size), expected, atol=TOLERANCE, rtol=0)
+    np.testing.assert_allclose(st.encode(TEXTS[0]), expected[0], atol=TOLERANCE, rtol=0)
+    np.testing.assert_allclose(np.linalg.norm(expected, axis=1), 1.0, atol=1e-6)
+    # The comparisons could fail: distinct texts give distinct rows, and what lies past the positions is dropped.
+    assert np.abs(expected[0] - expected[1]).max() > 1e-3
+    longer = st.encode([LONG, LONG + " A second tram follows it."])
+    np.testing.assert_allclose(longer[0], longer[1], atol=1e-6, rtol=0)
+
+
+def test_save_and_reload_keep_the_embeddings(tiny_folder, tmp_path):
+    st = sentence_transformer(tiny_folder)
+    st.save(str(tmp_path / "saved"))
+    reloaded = sentence_transformer(tmp_path / "saved")
+    assert reloaded.max_seq_length == POSITIONS
+    assert reloaded.get_embedding_dimension() == TINY_CAPTIONBERT["output_dim"]
+    np.testing.assert_allclose(reloaded.encode(TEXTS), st.encode(TEXTS), atol=TOLERANCE, rtol=0)
+
+
+def test_a_fresh_process_without_the_project_gets_the_same_embeddings(tiny_folder):
+    loaded = export_captionbert.fresh_process_embeddings(tiny_folder, sentence_transformers=True)
+    np.testing.assert_allclose(loaded["sentence_transformers"], loaded["embeddings"], atol=TOLERANCE, rtol=0)
+    assert loaded["sentence_transformers_dimension"] == TINY_CAPTIONBERT["output_dim"]
+
+
+def test_shipped_arms_are_off_at_load_and_follow_attach_on_the_underlying_model(model_with_arms):
+    folder, model = model_with_arms
+    st = sentence_transformer(folder)
+    texts = TEXTS[:3]
+    bare = model.encode(texts)
+    np.testing.assert_allclose(st.encode(texts), bare, atol=TOLERANCE, rtol=0)  # amoe/ ships; neither turns it on
+    model.attach_amoe()
+    st[0].auto_model.attach_amoe()
+    arms = model.encode(texts)
+    assert np.abs(arms - bare).max() > 1e-3
+    np.testing.assert_allclose(st.encode(texts), arms, atol=TOLERANCE, rtol=0)
+    with st[0].auto_model.amoe_off():
+        np.testing.assert_allclose(st.encode(texts), bare, atol=TOLERANCE, rtol=0)
+
+
+# ---- the real weights (git-ignored; `make demo` builds them) -------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def shipped(data_dir):
+    """(model, SentenceTransformer, 8 real texts) of the committed folder with its built weights."""
+    if not (CAPTIONBERT / "model.safetensors").is_file():
+        pytest.skip("captionbert-8192-v2/model.safetensors is absent: it is git-ignored and built by `make demo`")
+    texts = evaluate.gauge_captions(data_dir, 4)  # Flickr8k test captions
+    texts += list(evaluate.load_task(data_dir, "STS-B")[0][:2])  # an STS Benchmark test pair
+    texts += corpus.build(data_dir, ["imageinwords"])[0][:2]  # two long descriptions
+    model = AutoModel.from_pretrained(CAPTIONBERT, trust_remote_code=True).eval()
+    return model, sentence_transformer(CAPTIONBERT), texts
+
+
+def test_the_shipped_model_in_sentence_transformers(shipped):
+    model, st, texts = shipped
+    assert st.get_embedding_dimension() == 768 and st.max_seq_length == 8192
+    expected = model.encode(texts)
+    np.testing.assert_allclose(st.encode(texts, batch_size=3), expected, atol=TOLERANCE, rtol=0)
+    np.testing.assert_allclose(st.encode(texts), expected, atol=TOLERANCE, rtol=0)
+
+
+def test_the_shipped_collective_in_sentence_transformers(shipped):
+    model, st, texts = shipped
+    if not list((CAPTIONBERT / "amoe").glob("*/dispatch.safetensors")):
+        pytest.skip("captionbert-8192-v2/amoe/ holds no collective: its files are git-ignored and built by `make demo`")
+    model.attach_amoe()
+    st[0].auto_model.attach_amoe()
+    try:
+        arms = model.encode(texts)
+        with model.amoe_off():
+            assert np.abs(arms - model.encode(texts)).max() > 1e-3
+        np.testing.assert_allclose(st.encode(texts, batch_size=3), arms, atol=TOLERANCE, rtol=0)
+    finally:
+        model.detach_amoe()
+        st[0].auto_model.detach_amoe()

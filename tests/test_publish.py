@@ -1,0 +1,165 @@
+"""tools/publish.py against a mock Hub on 127.0.0.1 (tests/mock_hub.py): a publish uploads exactly the folder's model
+files, byte for byte, the repo then loads by its id through huggingface_hub's download and cache code with the Hub
+offline, a dry run uploads nothing, and a folder that is not ready is refused before anything goes up."""
+
+import hashlib
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import textwrap
+
+import numpy as np
+import pytest
+import torch
+from transformers import AutoModel
+
+from conftest import ENV, ROOT, TINY_CAPTIONBERT, build_from_folder, captionbert_copy
+from mock_hub import GITATTRIBUTES, serve
+from shared_modeling.amoe import Arm, Dispatch, save_arm, save_dispatch
+from shared_modeling.identity import trunk_hash
+from tools import publish
+
+TOKEN = "hf_mock_write_token"
+PREFIX = "test-org"
+REPO = f"{PREFIX}/captionbert-8192-v2"
+ROSTER = ["paraphrase", "equiv"]
+TEXTS = ["A dog runs across the grass.", "two men play chess in a park"]
+CARD = "---\nlibrary_name: transformers\nlicense: apache-2.0\n---\n\n# captionbert-8192-v2 (a tiny test model)\n"
+# Files a working folder picks up that are not the model: none of them may go up.
+NOT_MODEL = {"__pycache__/modeling_captionbert.cpython-311.pyc": b"\x00compiled",
+             ".cache/huggingface/download/model.safetensors.lock": b"",
+             ".ipynb_checkpoints/README-checkpoint.md": b"# an old card",
+             "amoe/arms/.DS_Store": b"\x00",
+             "runs/demo/metrics.json": b"{}",
+             "export-check/run.json": b"{}", "export-check/metrics.json": b"{}"}
+SNAPSHOT = "import sys; from huggingface_hub import snapshot_download; print(snapshot_download(sys.argv[1]))"
+LOAD_BY_ID = textwrap.dedent("""
+    import importlib.util, json, sys
+    from transformers import AutoModel
+    assert importlib.util.find_spec("shared_modeling") is None, "the project must not be importable here"
+    model = AutoModel.from_pretrained(sys.argv[1], trust_remote_code=True)
+    embeddings = model.encode(json.loads(sys.argv[2])).tolist()
+    model.attach_amoe()  # amoe/ through the Hub code path: snapshot_download(allow_patterns=amoe/...)
+    print(json.dumps({"embeddings": embeddings, "roster": model.detach_amoe()["dispatch"].roster}))
+""")
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory):
+    """(folder, {path: bytes} of its model files, embeddings of TEXTS): a tiny captionbert-8192-v2 as make demo leaves
+    it (its remote code and tokenizer, weights, a two-arm AMOE library, a card newer than the weights), with caches,
+    hidden files and run folders planted beside the model files."""
+    folder = captionbert_copy(tmp_path_factory.mktemp("bundle") / "captionbert-8192-v2",
+                              **{**TINY_CAPTIONBERT, "hidden_size": 64, "intermediate_size": 128})
+    build_from_folder(folder).save_pretrained(folder)
+    model = AutoModel.from_pretrained(folder, trust_remote_code=True).eval()
+    torch.manual_seed(1)
+    for name in ROSTER:
+        save_arm(folder / "amoe" / "arms" / f"{name}.safetensors", Arm(64, 2), name, trunk_hash(model), {})
+    save_dispatch(folder / "amoe" / "collective" / "dispatch.safetensors", Dispatch(ROSTER, 64, 2), trunk_hash(model))
+    (folder / "README.md").write_text(CARD)
+    model_files = {path.relative_to(folder).as_posix(): path.read_bytes()
+                   for path in sorted(folder.rglob("*")) if path.is_file()}
+    for name, content in NOT_MODEL.items():
+        (folder / name).parent.mkdir(parents=True, exist_ok=True)
+        (folder / name).write_bytes(content)
+    return folder, model_files, model.encode(TEXTS)
+
+
+def hub_env(hub, hf_home):
+    """A user's environment pointed at the mock: online, no token, LFS instead of Xet for large files."""
+    env = {**ENV, "HF_ENDPOINT": hub.url, "HF_HOME": str(hf_home), "HF_HUB_OFFLINE": "0", "HF_HUB_DISABLE_XET": "1"}
+    for name in ("HF_TOKEN", "HUGGING_FACE_HUB_TOKEN"):
+        env.pop(name, None)
+    return env
+
+
+def run(args, env, cwd=ROOT):
+    completed = subprocess.run([sys.executable, *args], cwd=cwd, env=env, stdin=subprocess.DEVNULL,
+                               capture_output=True, text=True, timeout=300)
+    assert completed.returncode == 0, completed.stdout[-3000:] + completed.stderr[-3000:]
+    return completed.stdout
+
+
+def test_without_a_token_it_checks_and_lists_the_folder_and_uploads_nothing(tiny, tmp_path):
+    folder, model_files, _ = tiny
+    with serve(TOKEN) as hub:
+        output = run(["-m", "tools.publish", "--repo-prefix", PREFIX, "--folders", folder],
+                     hub_env(hub, tmp_path / "hf-home"))
+        assert hub.requests == []
+    assert "no Hugging Face token" in output and output.rstrip().endswith("dry run: nothing uploaded")
+    assert f"{REPO}  <-  {folder}" in output
+    listed = {name: size for size, name in re.findall(r"^ +([\d,]+)  (\S+)$", output, flags=re.MULTILINE)}
+    assert listed == {name: f"{len(content):,}" for name, content in model_files.items()}
+    total = sum(map(len, model_files.values()))
+    assert f"{len(model_files)} files, {total:,} bytes" in output
+    assert f"left out (not part of the model): {', '.join(sorted(NOT_MODEL))}" in output
+    assert f"its AMOE arms {ROSTER} attach" in output
+
+
+def test_publish_uploads_exactly_the_folder_and_the_repo_loads_by_id_offline(tiny, tmp_path):
+    folder, model_files, expected = tiny
+    hf_home, record = tmp_path / "hf-home", tmp_path / "record"
+    with serve(TOKEN) as hub:
+        # An earlier publish left a collective this folder no longer has, and an older card.
+        hub.seed(REPO, {"amoe/old-collective/dispatch.safetensors": b"stale", "README.md": b"# old card"})
+        run(["-m", "tools.publish", "--repo-prefix", PREFIX, "--folders", folder, "--token", TOKEN, "--private",
+             "--out", record], hub_env(hub, hf_home))
+        head = hub.repos[REPO].head
+        assert head.files == {**model_files, ".gitattributes": GITATTRIBUTES}  # byte for byte, nothing else
+        assert {"model.safetensors", "amoe/collective/dispatch.safetensors", *(f"amoe/arms/{name}.safetensors"
+                                                                               for name in ROSTER)} == head.lfs
+        assert hub.create_payloads == [{"name": "captionbert-8192-v2", "organization": PREFIX,
+                                        "visibility": "private"}]
+
+        published = json.loads((record / "publish.json").read_text())
+        [repo] = published["repos"]
+        commit = hub.repos[REPO].commits[-1]
+        assert repo["repo_id"] == REPO and repo["commit_oid"] == commit
+        assert repo["commit_url"] == f"{hub.url}/{REPO}/commit/{commit}"
+        assert repo["deleted"] == ["amoe/old-collective/dispatch.safetensors"]
+        assert repo["files"] == {name: {"bytes": len(content), "sha256": hashlib.sha256(content).hexdigest()}
+                                 for name, content in model_files.items()}
+        assert not any(TOKEN in path.read_text() for path in record.iterdir())
+
+        run(["-c", SNAPSHOT, REPO], hub_env(hub, hf_home))  # online, into the temporary HF_HOME
+        requests = len(hub.requests)
+        elsewhere = tmp_path / "elsewhere"
+        elsewhere.mkdir()
+        offline = {**{key: value for key, value in hub_env(hub, hf_home).items() if key != "PYTHONPATH"},
+                   "HF_HUB_OFFLINE": "1"}
+        loaded = json.loads(run(["-c", LOAD_BY_ID, REPO, json.dumps(TEXTS)], offline, cwd=elsewhere).splitlines()[-1])
+        assert len(hub.requests) == requests  # the load used the cache only
+    np.testing.assert_allclose(np.array(loaded["embeddings"]), expected, atol=1e-6, rtol=0)
+    assert loaded["roster"] == ROSTER
+
+
+def edit_a_vendored_copy(folder):
+    (folder / "shared_layers.py").write_text((folder / "shared_layers.py").read_text() + "\n# edited by hand\n")
+
+
+@pytest.mark.parametrize("spoil, message", [
+    (edit_a_vendored_copy, r"differs from its source: captionbert-8192-v2/shared_layers.py \(run `make vendor`\)"),
+    (lambda folder: (folder / "model.safetensors").unlink(), r"no model.safetensors \(built by `make demo`\)"),
+    (lambda folder: shutil.rmtree(folder / "amoe" / "arms"), r"no amoe/arms/\*.safetensors"),
+    (lambda folder: os.utime(folder / "README.md", (0, 0)), "README.md is older than model.safetensors"),
+    (lambda folder: (folder / "README.md").write_text("# a card\n"), "README.md does not start with YAML front matter"),
+], ids=["drifted-vendored-code", "no-weights", "no-arms", "stale-card", "card-without-front-matter"])
+def test_a_folder_that_is_not_ready_is_refused(tiny, tmp_path, spoil, message):
+    folder = shutil.copytree(tiny[0], tmp_path / "captionbert-8192-v2")
+    spoil(folder)
+    with pytest.raises(SystemExit, match=f"not published; fix these first:\n  captionbert-8192-v2: {message}"):
+        publish.main(["--repo-prefix", PREFIX, "--folders", str(folder), "--dry-run"])
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--repo-prefix", "a/b"], "--repo-prefix 'a/b' does not make a valid repo id"),
+    (["--repo-prefix", PREFIX, "--folders", str(ROOT / "tools")], "not one of the bundle's Hub folders"),
+    (["--repo-prefix", PREFIX, "--token", TOKEN], "HF_HUB_OFFLINE is set"),  # conftest sets it for the suite
+])
+def test_bad_arguments_are_refused_with_a_clear_message(args, message):
+    with pytest.raises(SystemExit, match=message):
+        publish.main(args)

@@ -1,0 +1,194 @@
+"""Model cards: regenerate every folder's README.md purely from the run records of its export, and check where each
+number in a card comes from.
+
+Every export tool (tools/export_captionbert.py, export_glyph.py, export_geolip.py) writes its card with its
+`card_from_records(export_run_folder)`, which reads nothing but run records: the export's own (config.json, naming
+the runs it packaged, and metrics.json, its checks) and those of the runs it names. This tool calls the same
+function, so `make cards` after a change to a card's template rewrites the cards without re-exporting any weights.
+It also rewrites the project README's measured table from the three cards' model-index (their YAML metadata).
+
+Usage:
+    python -m tools.cards                          # the three folders, from runs/demo/<model>/export (make cards)
+    python -m tools.cards --check                  # exit 1 when a card differs from what its records give
+    python -m tools.cards --export runs/x/geolip/export   # one export run (its tool is named in its run.json)
+
+Provenance (`unaccounted_numbers`): every number in a card's prose and tables must be a value of a run record it was
+built from (as shown: rounded to the digits printed, or as a percentage, or in millions / thousands / MiB; a
+signed number may be the difference of two), or a published value quoted from ../shared/specs. Fenced code blocks
+(usage examples) are not checked.
+"""
+
+import argparse
+import importlib
+import json
+import re
+import sys
+from pathlib import Path
+
+import numpy as np
+from huggingface_hub import EvalResult, ModelCard, ModelCardData
+
+from tools import runs
+
+EXPORTS = {"captionbert-8192-v2": "captionbert/export", "glyph-embedder-v2": "glyph/export",
+           "geolip-clip-ctx576": "geolip/export"}
+SPECS = runs.ROOT.parent / "shared" / "specs"
+NUMBER = re.compile(r"(?<![\w.\-/+])([+-]?\d[\d,]*(?:\.\d+)?)(%|M\b|K\b| MiB)?(?![\w])")
+SPEC_NUMBER = re.compile(r"(?<![\w\-/])(\d[\d,]*(?:\.\d+)?|\.\d+)")  # the specs also write ".945"
+CODE_BLOCK = re.compile(r"```.*?```", flags=re.DOTALL)
+README = runs.ROOT / "README.md"
+MEASURED = ("<!-- measured: written by `make cards` from the cards' model-index -->\n", "<!-- end of measured -->")
+
+
+def front_matter(*, library_name, pipeline_tag, tags, datasets, model_name, results, base_model=None):
+    """The card's YAML metadata (huggingface_hub's ModelCardData): licence, library, pipeline tag, tags, base model,
+    datasets, and a model-index of the measured results. results: [{"task_type", "dataset_type", "dataset_name",
+    "metric_type", "metric_name", "metric_value", optional "dataset_split"}, ...]."""
+    data = ModelCardData(language="en", license="apache-2.0", library_name=library_name, pipeline_tag=pipeline_tag,
+                         tags=tags, base_model=base_model, datasets=datasets, model_name=model_name,
+                         eval_results=[EvalResult(**result) for result in results])
+    return f"---\n{data.to_yaml()}\n---\n"
+
+
+def embedding_space_paragraph(space, accessor):
+    """The card's note on the embedding-space id (shared_modeling/identity.py), read from the exported folder."""
+    return (f"**Embedding space: `{space}`** (`{accessor}`), a hash of these weights. Store it with any index built "
+            "from these embeddings and query that index only with a model that reports the same id: two trainings "
+            "of the same code give unrelated spaces.")
+
+
+def export_tool(export_folder):
+    """The export module that wrote this run folder (its run.json names the tool)."""
+    tool = runs.read_json(Path(export_folder) / "run.json")["tool"]
+    if tool not in ("export_captionbert", "export_glyph", "export_geolip"):
+        raise SystemExit(f"{export_folder} is a {tool} run, not an export")
+    return importlib.import_module(f"tools.{tool}")
+
+
+def export_of(folder):
+    """The make demo export run that wrote this Hub folder's card (runs/demo/<model>/export), or None."""
+    folder = Path(folder).resolve()
+    export = runs.ROOT / "runs" / "demo" / EXPORTS.get(folder.name, "-")
+    if (export / "run.json").is_file() and Path(runs.read_json(export / "config.json")["to"]).resolve() == folder:
+        return export
+    return None
+
+
+def source_folders(export_folder):
+    """The run folders a card is built from: the export run and, transitively, every folder its config names."""
+    seen, queue = [], [Path(export_folder)]
+    while queue:
+        folder = queue.pop()
+        if folder in seen:
+            continue
+        seen.append(folder)
+        if (folder / "config.json").is_file():
+            queue += [runs.ROOT / value for value in runs.read_json(folder / "config.json").values()
+                      if isinstance(value, str) and value and (runs.ROOT / value).is_dir()]
+    return seen
+
+
+def record_numbers(paths):
+    """Every number in these JSON files and in the JSON files of these run folders (at any depth of the folder and
+    of the JSON), tokenizer files aside (their vocabularies would account for any integer)."""
+    numbers = set()
+
+    def walk(value):
+        if isinstance(value, bool):
+            return
+        if isinstance(value, (int, float)):
+            numbers.add(float(value))
+        elif isinstance(value, dict):
+            for item in value.values():
+                walk(item)
+        elif isinstance(value, list):
+            for item in value:
+                walk(item)
+
+    for source in map(Path, paths):
+        for path in [source] if source.is_file() else source.rglob("*.json"):
+            if "tokenizer" not in path.name and "vocab" not in path.name:
+                walk(json.loads(path.read_text()))
+    return numbers
+
+
+def published_numbers():
+    """The numbers the specs quote for the published models (a card may cite them as the published run's), as
+    values: ".945" and "0.945" are one number."""
+    return {float(text.replace(",", "")) for path in sorted(SPECS.glob("*.md"))
+            for text in SPEC_NUMBER.findall(path.read_text())}
+
+
+SCALES = {"%": (100,), "M": (1e-6,), "K": (1e-3,), " MiB": (2 ** -20,), "": (1, 1 / 60)}  # 1/60: seconds as minutes
+
+
+def accounts_for(shown, unit, numbers):
+    """Whether a number printed as `shown` (with `unit`) is one of `numbers` rounded to the digits printed; a number
+    printed with its sign (+0.0034, -0.0035) may also be the difference of two of them (a gain over a baseline)."""
+    value = float(shown.replace(",", ""))
+    digits = len(shown.split(".")[1]) if "." in shown else 0
+    tolerance = 0.5 * 10 ** -digits + 1e-9
+    if any(abs(number * scale - value) <= tolerance for number in numbers for scale in SCALES[unit]):
+        return True
+    if shown[0] not in "+-" or unit:
+        return False
+    ordered = np.array(sorted(numbers))
+    wanted = ordered - value  # a - b = value  <=>  b = a - value
+    index = np.clip(np.searchsorted(ordered, wanted), 1, len(ordered) - 1)
+    nearest = np.minimum(abs(ordered[index] - wanted), abs(ordered[index - 1] - wanted))
+    return bool((nearest <= tolerance).any())
+
+
+def unaccounted_numbers(card, numbers, published):
+    """The numbers in a card's text (code blocks and the YAML header's keys aside) that no record accounts for."""
+    text = CODE_BLOCK.sub("", card)
+    return [shown + unit for shown, unit in NUMBER.findall(text)
+            if float(shown.replace(",", "")) not in published and not accounts_for(shown, unit, numbers)]
+
+
+def measured_section(readme):
+    """The project README with its measured table rewritten from the three cards' model-index (their YAML)."""
+    lines = ["| model | measure | on | value |", "|---|---|---|---|"]
+    for folder in EXPORTS:
+        results = ModelCard.load(runs.ROOT / folder / "README.md").data.eval_results
+        if not results:
+            raise SystemExit(f"{folder}/README.md has no model-index: regenerate its card first")
+        for result in results:
+            lines.append(f"| {folder} | {result.metric_name} | {result.dataset_name} | {result.metric_value} |")
+    start, end = readme.index(MEASURED[0]) + len(MEASURED[0]), readme.index(MEASURED[1])
+    return readme[:start] + "\n".join(lines) + "\n" + readme[end:]
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--export", type=Path, action="append",
+                        help="an export run folder (repeatable); default: runs/demo/<model>/export for all three")
+    parser.add_argument("--check", action="store_true", help="compare only; exit 1 if a card is stale")
+    args = parser.parse_args(argv)
+    exports = args.export or [runs.ROOT / "runs" / "demo" / path for path in EXPORTS.values()]
+    missing = [str(folder) for folder in exports if not (Path(folder) / "run.json").is_file()]
+    if missing:
+        raise SystemExit(f"no export run at {', '.join(missing)}: run make demo (or the export tools) first")
+    stale = []
+    for folder in exports:
+        path, card = export_tool(folder).card_from_records(Path(folder))
+        if args.check:
+            if not path.is_file() or path.read_text() != card:
+                stale.append(str(path))
+            continue
+        path.write_text(card)
+        print(f"wrote {path} from {folder}")
+    if not args.export:  # the three cards are current: the README's table follows them
+        readme = measured_section(README.read_text())
+        if args.check and README.read_text() != readme:
+            stale.append(str(README))
+        elif not args.check:
+            README.write_text(readme)
+    if stale:
+        print(f"stale (run make cards): {', '.join(stale)}")
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

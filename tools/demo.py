@@ -1,0 +1,289 @@
+"""The main job (`make demo`): build, evaluate and export the three models at the embedded default, regenerate the
+model cards, reload each folder the way users will, and print one summary table with the build time.
+
+Usage:
+    python -m tools.demo               # every step not finished yet (make demo)
+    python -m tools.demo --force       # rebuild every step from scratch (make demo FORCE=1)
+    python -m tools.demo --list        # the steps and whether each is finished; runs nothing
+
+Each step is one tool run (`python -m tools.<tool> ...`) writing one run folder under runs/demo/. A step is finished
+when its folder holds demo-step.json with status "done", the fingerprint it ran with (a hash of its tool, its
+arguments and the results of the steps it reads) and the content hash of what it wrote, and both still hold. So a
+rerun skips finished steps, reruns a step whose inputs changed (its old folder is removed first: stale results must
+not be resumed), and lets a step that was interrupted resume from its own checkpoints. A folder with a successful
+run record of the same command but no demo-step.json (built by hand, or before this tool) is adopted as finished.
+A step reads another step's results when one of its arguments is that step's folder or lies inside it.
+
+After the steps: tools/cards.py rewrites the three cards from the run records, and each folder is loaded in a fresh
+process with the project not importable: AutoModel (trust_remote_code) for captionbert-8192-v2 with and without its
+arms and for geolip-clip-ctx576; SentenceTransformer and llama-cpp-python (the GGUF) for glyph-embedder-v2.
+"""
+
+import argparse
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import sys
+import textwrap
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from huggingface_hub import ModelCard
+
+from tools import cards, runs
+
+DEMO = "runs/demo"
+STATE = "demo-step.json"
+TEACHERS = ["--encoder", "teacher:all-mpnet-base-v2", "--encoder", "teacher:all-MiniLM-L6-v2",
+            "--encoder", "teacher:paraphrase-MiniLM-L3-v2"]
+# AMOE solo arms: (data, steps). silver's 12,000 pairs get 4x the steps: at 480 its validation mean was .5470 and
+# select shipped {sts} alone; at 1,920 it is .5611 and select adds it.
+ARMS = [("equiv", 480), ("sts", 480), (f"{DEMO}/amoe/silver/silver.tsv", 1920)]
+# geolip's ablation: 55-token segments (the same 22% overlap as 18 every 14), everything else the cpu preset; both
+# geolip runs embed the same texts with the same teacher, so they share one cache.
+SEG55 = ["--segment-size", "55", "--segment-stride", "43"]
+GEOLIP_TEACHER = ["--teacher-cache", f"{DEMO}/geolip/teacher.npy"]
+NOT_CONTENT = ("tensorboard",)  # folders whose files are logs, not results
+
+
+@dataclass
+class Step:
+    tool: str  # module under tools/
+    args: list  # its command line, with --out <the run folder it writes>
+    record: str = "run.json"  # its run record, relative to that folder
+
+    @property
+    def out(self):
+        return self.args[self.args.index("--out") + 1]
+
+    @property
+    def name(self):
+        return self.out.removeprefix(DEMO + "/")
+
+    @property
+    def model(self):
+        """The folder this step builds toward."""
+        return {"glyph": "glyph-embedder-v2", "geolip": "geolip-clip-ctx576"}.get(self.name.split("/")[0],
+                                                                                   "captionbert-8192-v2")
+
+
+def demo_steps(data_dir):
+    """Every step of the demo, in order."""
+    data = ["--data-dir", str(data_dir)]
+    steps = [Step("extract_teachers", [*data, "--out", f"{DEMO}/extract"], record="runs/process-0/run.json"),
+             Step("align_teachers", ["--extract", f"{DEMO}/extract", "--out", f"{DEMO}/align"]),
+             Step("distill_captionbert", ["--preset", "cpu", "--align", f"{DEMO}/align", "--out", f"{DEMO}/distill"]),
+             Step("evaluate", [*data, "--out", f"{DEMO}/eval", "--encoder",
+                               f"captionbert-8192-v2={DEMO}/distill/final", *TEACHERS]),
+             Step("silver_pairs", ["--extract", f"{DEMO}/extract", "--out", f"{DEMO}/amoe/silver"])]
+    for seed, extra in ((0, []), (1, ["--no-sts8"])):
+        for arm, arm_steps in ARMS:
+            out = f"{DEMO}/amoe/solo/{Path(arm).stem}-seed{seed}"
+            steps.append(Step("train_amoe", ["solo", "--data", arm, "--steps", str(arm_steps), "--seed", str(seed),
+                                             *extra, "--model", f"{DEMO}/distill/final", *data, "--out", out]))
+    steps += [
+        Step("train_amoe", ["select", "--solo", f"{DEMO}/amoe/solo", "--candidates", *[Path(a).stem for a, _ in ARMS],
+                            "--model", f"{DEMO}/distill/final", *data, "--out", f"{DEMO}/amoe/select"]),
+        Step("export_captionbert", ["--extract", f"{DEMO}/extract", "--align", f"{DEMO}/align", "--distill",
+                                    f"{DEMO}/distill", "--eval", f"{DEMO}/eval", "--amoe", f"{DEMO}/amoe/select",
+                                    "--out", f"{DEMO}/captionbert/export"]),
+        Step("build_glyph_corpus", ["--out", f"{DEMO}/glyph/corpus"]),
+        Step("train_glyph", ["--corpus", f"{DEMO}/glyph/corpus", "--out", f"{DEMO}/glyph/train"]),
+        Step("evaluate_glyph", ["--corpus", f"{DEMO}/glyph/corpus", "--out", f"{DEMO}/glyph/eval", "--encoder",
+                                f"glyph-embedder-v2={DEMO}/glyph/train/final",
+                                "--encoder", "teacher:all-MiniLM-L6-v2"]),
+        Step("export_glyph", ["--corpus", f"{DEMO}/glyph/corpus", "--train", f"{DEMO}/glyph/train", "--eval",
+                              f"{DEMO}/glyph/eval", "--out", f"{DEMO}/glyph/export"]),
+        Step("train_geolip", ["--out", f"{DEMO}/geolip/train", *GEOLIP_TEACHER]),
+        Step("evaluate_geolip", ["--train", f"{DEMO}/geolip/train", "--out", f"{DEMO}/geolip/eval"]),
+        Step("train_geolip", ["--out", f"{DEMO}/geolip/train-seg55", *SEG55, *GEOLIP_TEACHER]),
+        Step("evaluate_geolip", ["--train", f"{DEMO}/geolip/train-seg55", "--out", f"{DEMO}/geolip/eval-seg55"]),
+        Step("export_geolip", ["--train", f"{DEMO}/geolip/train", "--eval", f"{DEMO}/geolip/eval", "--ablation",
+                               f"{DEMO}/geolip/eval-seg55", "--out", f"{DEMO}/geolip/export"]),
+    ]
+    return steps
+
+
+def reads(step, earlier):
+    """Whether `step` reads `earlier`'s results: one of its arguments is that folder, inside it, or contains it."""
+    return any(arg == earlier.out or arg.startswith(earlier.out + "/") or earlier.out.startswith(arg + "/")
+               for arg in map(str, step.args))
+
+
+def content_hash(folder):
+    """sha256 over the files a step wrote (relative paths and bytes), logs and checkpoints aside."""
+    folder = runs.ROOT / folder
+    digest = hashlib.sha256()
+    for path in sorted(p for p in folder.rglob("*") if p.is_file()):
+        relative = path.relative_to(folder)
+        if path.name == STATE or relative.parts[0] in NOT_CONTENT or path.name.startswith("checkpoint"):
+            continue
+        digest.update(str(relative).encode() + b"\0")
+        with open(path, "rb") as handle:
+            for block in iter(lambda: handle.read(1 << 24), b""):
+                digest.update(block)
+    return digest.hexdigest()
+
+
+def fingerprint(step, inputs):
+    """A hash of the step's command and of the results (content hashes) of the steps it reads."""
+    return hashlib.sha256(json.dumps([step.tool, list(map(str, step.args)), inputs]).encode()).hexdigest()
+
+
+def recorded_minutes(step):
+    """The minutes the step's run record spans, or None."""
+    record = runs.ROOT / step.out / step.record
+    if not record.is_file():
+        return None
+    run = runs.read_json(record)
+    return runs.elapsed_minutes(run["started"], run["finished"]) if run.get("finished") else None
+
+
+def adoptable(step):
+    """A folder built by the same command (its run record: same arguments, status ok) before this tool tracked it."""
+    record = runs.ROOT / step.out / step.record
+    if not record.is_file():
+        return False
+    run = runs.read_json(record)
+    return run.get("status") == "ok" and run["argv"][1:] == list(map(str, step.args))
+
+
+def run_step(step, index, total, inputs, force):
+    """Run the step unless it is finished; returns (its content hash, minutes, how: built / skipped / adopted)."""
+    folder, state_path = runs.ROOT / step.out, runs.ROOT / step.out / STATE
+    key = fingerprint(step, inputs)
+    state = runs.read_json(state_path) if state_path.is_file() else None
+    header = f"[{index}/{total}] {step.name} (tools/{step.tool}.py)"
+    if not force and state and state["fingerprint"] == key and state["status"] == "done":
+        if content_hash(step.out) == state["content_hash"]:
+            print(f"{header}: finished ({state['minutes']:.1f} min when built), skipped")
+            return state["content_hash"], state["minutes"], "skipped"
+        print(f"{header}: its files changed since it finished; rebuilding")
+    if not force and state is None and adoptable(step):
+        minutes = recorded_minutes(step)
+        result = content_hash(step.out)
+        runs.write_json(state_path, {"fingerprint": key, "status": "done", "content_hash": result,
+                                     "minutes": minutes, "adopted": True})
+        print(f"{header}: finished by the same command before (its run record), adopted")
+        return result, minutes, "adopted"
+    if folder.exists() and (force or state is None or state["fingerprint"] != key):
+        shutil.rmtree(folder)  # another command's (or stale inputs') results: never resume from them
+    folder.mkdir(parents=True, exist_ok=True)
+    runs.write_json(state_path, {"fingerprint": key, "status": "running"})
+    print(f"{header}: {'resuming' if state and state['fingerprint'] == key else 'building'}", flush=True)
+    started = time.perf_counter()
+    command = [sys.executable, "-m", f"tools.{step.tool}", *map(str, step.args)]
+    if subprocess.run(command, cwd=runs.ROOT, env={**os.environ, "HF_HUB_OFFLINE": "1"}).returncode != 0:
+        raise SystemExit(f"{header} failed: {' '.join(command)}")
+    minutes = (time.perf_counter() - started) / 60
+    result = content_hash(step.out)
+    runs.write_json(state_path, {"fingerprint": key, "status": "done", "content_hash": result, "minutes": minutes})
+    return result, minutes, "built"
+
+
+RELOAD = textwrap.dedent("""
+    import importlib.util, json, sys
+    assert importlib.util.find_spec("shared_modeling") is None, "the project must not be importable here"
+    folder, kind = sys.argv[1], sys.argv[2]
+    texts = ["A dog runs across the grass.", "Two men play chess in a park at dusk."]
+    if kind == "transformers":
+        from transformers import AutoModel
+        model = AutoModel.from_pretrained(folder, trust_remote_code=True)
+        embeddings = model.encode(texts, show_progress_bar=False)
+        result = {"parameters": sum(p.numel() for p in model.parameters()), "dim": int(embeddings.shape[1]),
+                  "embedding_space": model.embedding_space, "checks": ["AutoModel"]}
+        if hasattr(model, "attach_amoe"):
+            model.attach_amoe()
+            with model.amoe_off():
+                assert (model.encode(texts, show_progress_bar=False) == embeddings).all(), "amoe_off != bare trunk"
+            result["embedding_space_with_arms"] = model.embedding_space
+            result["checks"].append("attach_amoe + amoe_off")
+    else:
+        import glob
+        import numpy as np
+        from llama_cpp import Llama
+        from sentence_transformers import SentenceTransformer
+        texts = ["a ⇒ b", "¬b ⇒ ¬a"]
+        model = SentenceTransformer(folder)
+        embeddings = model.encode(texts)
+        gguf = sorted(glob.glob(folder + "/*-f16.gguf"))[0]
+        llama = Llama(model_path=gguf, embedding=True, verbose=False)
+        ours = np.array([llama.embed(text) for text in texts])
+        ours /= np.linalg.norm(ours, axis=1, keepdims=True)
+        cosine = float((ours * embeddings).sum(axis=1).min())
+        assert cosine > 0.999, f"the GGUF embeds differently: cosine {cosine}"
+        result = {"parameters": sum(p.numel() for p in model.parameters()), "dim": int(embeddings.shape[1]),
+                  "embedding_space": model[0].auto_model.config.embedding_space,
+                  "checks": ["SentenceTransformer", f"llama.cpp (cosine {cosine:.4f})"]}
+    print(json.dumps(result))
+""")
+RELOADS = {"captionbert-8192-v2": "transformers", "glyph-embedder-v2": "sentence-transformers",
+           "geolip-clip-ctx576": "transformers"}
+
+
+def headline(folder):
+    """The card's first measured result (its model-index, generated from the run records)."""
+    result = ModelCard.load(runs.ROOT / folder / "README.md").data.eval_results[0]
+    return f"{result.metric_name or result.metric_type} {result.metric_value} on {result.dataset_name}"
+
+
+def build(steps, force=False):
+    """Run every step that is not finished, in order; returns {step name: (minutes as built, how)}."""
+    results, outcome = {}, {}
+    for index, step in enumerate(steps, 1):
+        inputs = {earlier.name: results[earlier.name] for earlier in steps[:index - 1] if reads(step, earlier)}
+        results[step.name], minutes, how = run_step(step, index, len(steps), inputs, force)
+        outcome[step.name] = (minutes, how)
+    return outcome
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--data-dir", type=Path, default=runs.default_data_dir())
+    parser.add_argument("--force", action="store_true", help="rebuild every step from scratch")
+    parser.add_argument("--list", action="store_true", help="list the steps and their state; run nothing")
+    args = parser.parse_args(argv)
+    if not (args.data_dir / "sts").is_dir():
+        raise SystemExit(f"{args.data_dir} has no sts/: point --data-dir (DATA_DIR) at the shared data")
+    steps = demo_steps(args.data_dir)
+    if args.list:
+        for index, step in enumerate(steps, 1):
+            state_path = runs.ROOT / step.out / STATE
+            state = (runs.read_json(state_path)["status"] if state_path.is_file()
+                     else "adoptable" if adoptable(step) else "not started")
+            print(f"[{index}/{len(steps)}] {step.name:28} {state:12} python -m tools.{step.tool} {' '.join(step.args)}")
+        return 0
+
+    started = time.perf_counter()
+    outcome = build(steps, args.force)
+    minutes = {name: as_built for name, (as_built, _) in outcome.items()}
+    cards.main([])
+
+    print("\nreloading each folder in a fresh process, the project not importable ...")
+    lines = ["| folder | parameters | dim | headline (its card) | loads with | embedding space | build min |",
+             "|---|---|---|---|---|---|---|"]
+    for folder, kind in RELOADS.items():
+        loaded = runs.run_isolated(RELOAD, (runs.ROOT / folder).resolve(), kind)
+        model_minutes = sum(minutes[step.name] or 0 for step in steps if step.model == folder)
+        space = loaded["embedding_space"] + (f" / arms on: {loaded['embedding_space_with_arms']}"
+                                             if "embedding_space_with_arms" in loaded else "")
+        lines.append(f"| {folder} | {loaded['parameters']:,} | {loaded['dim']} | {headline(folder)} | "
+                     f"{', '.join(loaded['checks'])} | `{space}` | {model_minutes:.0f} |")
+    built = [name for name, (_, how) in outcome.items() if how == "built"]
+    lines.append(f"\nthis run: {(time.perf_counter() - started) / 60:.1f} min, {len(built)} of {len(steps)} steps "
+                 f"built; every step as built: {sum(m or 0 for m in minutes.values()):.1f} min on {os.cpu_count()} "
+                 "cores")
+    summary = "\n".join(lines)
+    (runs.ROOT / DEMO / "summary.md").write_text(summary + "\n")
+    runs.write_json(runs.ROOT / DEMO / "steps.json", {step.name: {"tool": step.tool, "args": step.args,
+                                                                  "minutes": outcome[step.name][0],
+                                                                  "this_run": outcome[step.name][1]} for step in steps})
+    print("\n" + summary)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,275 @@
+"""Publish the Hub folders: check each one, then upload it to the Hugging Face Hub as <prefix>/<folder name>.
+
+Usage:
+    make publish REPO_PREFIX=my-org                  # python -m tools.publish --repo-prefix my-org
+    make publish REPO_PREFIX=my-org DRY_RUN=1        # ... --dry-run: check and list what would go up, upload nothing
+    python -m tools.publish --repo-prefix my-org --folders glyph-embedder-v2 --private
+    HF_ENDPOINT=http://127.0.0.1:5000 python -m tools.publish --repo-prefix test-org   # another Hub (the tests' mock)
+
+The token is --token, else HF_TOKEN, else the one `hf auth login` stored; without one it is a dry run.
+
+What it does; every folder is checked before anything goes up:
+    1. picks the files to publish: all of the folder's files except hidden ones (.cache/, .ipynb_checkpoints/, ...),
+       __pycache__/ and *.pyc, and run folders (runs/, or any folder holding a run.json);
+    2. checks the folder: its shared_*.py are the copies `make vendor` generates, the weights `make demo` builds are
+       among the files, and the model card README.md has YAML front matter and is what its run records give
+       (tools/cards.py; a folder exported outside this checkout: not older than model.safetensors);
+    3. copies exactly the picked files to a temporary folder and loads it in a fresh process where the project is not
+       importable, the way a user does (AutoModel with remote code, or SentenceTransformer), embeds two texts and,
+       where amoe/ ships, attaches the arms;
+    4. unless it is a dry run: creates the repo if needed (HfApi.create_repo) and makes one commit
+       (HfApi.create_commit) that adds every picked file and deletes the repo's files the folder does not have
+       (.gitattributes stays), so the repo holds exactly the folder; records repo ids, commit urls and oids and each
+       file's sha256 in runs/publish/<timestamp>/publish.json.
+"""
+
+import argparse
+import dataclasses
+import fnmatch
+import hashlib
+import shutil
+import sys
+import tempfile
+import textwrap
+import time
+from dataclasses import dataclass
+from importlib import metadata
+from pathlib import Path
+
+import huggingface_hub
+import yaml
+from huggingface_hub import CommitOperationAdd, CommitOperationDelete, HfApi, constants
+from huggingface_hub.errors import HFValidationError
+from huggingface_hub.repocard import metadata_load
+from huggingface_hub.utils import validate_repo_id
+
+from tools import cards, runs, vendor
+
+
+@dataclass(frozen=True)
+class Product:
+    weights: tuple  # glob patterns (paths in the folder) that must each match a published file: what make demo builds
+    loader: str  # how a user loads the folder: "AutoModel" (remote code, .encode) or "SentenceTransformer"
+
+
+PRODUCTS = {
+    "captionbert-8192-v2": Product(("model.safetensors", "amoe/*/dispatch.safetensors", "amoe/arms/*.safetensors"),
+                                   "AutoModel"),
+    "glyph-embedder-v2": Product(("model.safetensors", "glyph-embedder-v2-f32.gguf", "glyph-embedder-v2-f16.gguf"),
+                                 "SentenceTransformer"),
+    "geolip-clip-ctx576": Product(("model.safetensors",), "AutoModel"),
+}
+NOT_MODEL_FOLDERS = ("__pycache__", "runs")  # besides hidden folders and folders holding a run.json
+PROBE_TEXTS = ["A dog runs across the grass.", "Two men play chess in a park at dusk."]
+KEPT_ON_THE_HUB = ".gitattributes"  # the Hub writes it into every new repo; it decides what is stored in LFS
+
+
+@dataclass
+class Config:
+    repo_prefix: str  # the user or organisation the repos go under: <repo_prefix>/<folder name>
+    folders: list  # the Hub folders to publish (Paths); each folder's name is a key of PRODUCTS
+    dry_run: bool = False  # check and list only (also what happens without a token)
+    private: bool = False  # create missing repos as private (an existing repo keeps its visibility)
+    out: Path | None = None  # where the upload records itself; None: runs/publish/<timestamp>
+
+
+def parse_config(argv):
+    """(Config, token or None)."""
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--repo-prefix", required=True, help="user or organisation: repos are <prefix>/<folder name>")
+    parser.add_argument("--folders", type=Path, nargs="+", default=[runs.ROOT / name for name in PRODUCTS])
+    parser.add_argument("--dry-run", action="store_true", help="check and list what would go up; upload nothing")
+    parser.add_argument("--private", action="store_true", help="create missing repos as private")
+    parser.add_argument("--token", help="a Hugging Face write token (default: HF_TOKEN, then `hf auth login`'s)")
+    parser.add_argument("--out", type=Path, help="run folder for the upload's record (default runs/publish/<time>)")
+    args = parser.parse_args(argv)
+    token = args.token or huggingface_hub.get_token()
+    config = Config(repo_prefix=args.repo_prefix, folders=[folder.resolve() for folder in args.folders],
+                    dry_run=args.dry_run, private=args.private, out=args.out)
+    for folder in config.folders:
+        if not folder.is_dir():
+            raise SystemExit(f"{folder} is not a folder")
+        if folder.name not in PRODUCTS:
+            raise SystemExit(f"{folder}: not one of the bundle's Hub folders ({', '.join(PRODUCTS)}), so there is "
+                             "nothing to check it against")
+        try:
+            validate_repo_id(repo_id(config, folder))
+        except HFValidationError as problem:
+            raise SystemExit(f"--repo-prefix {config.repo_prefix!r} does not make a valid repo id: {problem}")
+    names = [folder.name for folder in config.folders]
+    if len(set(names)) < len(names):
+        raise SystemExit(f"two folders would go to the same repo: {names}")
+    return config, token
+
+
+def repo_id(config, folder):
+    return f"{config.repo_prefix}/{folder.name}"
+
+
+# ---- what goes up --------------------------------------------------------------------------------------------------
+
+def published_files(folder):
+    """({path in the repo: Path} of the files that belong to the model, [paths of the files left out])."""
+    files, left_out = {}, []
+    for path in sorted(folder.rglob("*")):
+        if not path.is_file():
+            continue
+        relative = path.relative_to(folder)
+        parents = relative.parts[:-1]
+        not_model = (path.name.startswith(".") or path.suffix == ".pyc"
+                     or any(part.startswith(".") or part in NOT_MODEL_FOLDERS for part in parents)
+                     or any((folder.joinpath(*parents[:depth]) / "run.json").is_file()
+                            for depth in range(1, len(parents) + 1)))
+        if not_model:
+            left_out.append(relative.as_posix())
+        else:
+            files[relative.as_posix()] = path
+    return files, left_out
+
+
+def print_plan(repo, folder, files, left_out):
+    total = sum(path.stat().st_size for path in files.values())
+    print(f"{repo}  <-  {folder}")
+    for name, path in files.items():
+        print(f"  {path.stat().st_size:>15,}  {name}")
+    print(f"  {len(files)} files, {total:,} bytes ({total / 1e6:,.1f} MB)")
+    if left_out:
+        print(f"  left out (not part of the model): {', '.join(left_out)}")
+
+
+# ---- checks --------------------------------------------------------------------------------------------------------
+
+def vendoring_problems(folder):
+    """tools/vendor.py's drift check on `folder`: its shared_*.py must be exactly the copies `make vendor` generates
+    for a folder of its name, and nothing else."""
+    return [f"{problem} (run `make vendor`)" for problem in vendor.folder_drift(folder)]
+
+
+def missing_weights(folder, files):
+    return [f"no {pattern} (built by `make demo`)" for pattern in PRODUCTS[folder.name].weights
+            if not any(fnmatch.fnmatchcase(name, pattern) for name in files)]
+
+
+def card_problems(folder):
+    """The model card: README.md with YAML front matter, and the card its run records give (tools/cards.py) when
+    this checkout holds the export run that wrote it; a folder exported elsewhere must at least have a card no
+    older than its weights."""
+    card, weights = folder / "README.md", folder / "model.safetensors"
+    if not card.is_file():
+        return ["no README.md (the model card)"]
+    try:
+        front_matter = metadata_load(card)
+    except (yaml.YAMLError, ValueError) as problem:
+        return [f"README.md's front matter is not a YAML mapping: {problem}"]
+    problems = [] if front_matter else ["README.md does not start with YAML front matter (--- ... ---)"]
+    export = cards.export_of(folder)
+    if export is not None:
+        if card.read_text() != cards.export_tool(export).card_from_records(export)[1]:
+            problems.append(f"README.md is not what the run records of {export} give: run `make cards`")
+    elif weights.is_file() and card.stat().st_mtime < weights.stat().st_mtime:
+        problems.append("README.md is older than model.safetensors: regenerate the card")
+    return problems
+
+
+LOAD = textwrap.dedent("""
+    import importlib.util, json, sys
+    from pathlib import Path
+    import numpy as np
+    assert importlib.util.find_spec("shared_modeling") is None, "the project must not be importable here"
+    folder, request = sys.argv[1], json.loads(sys.stdin.read())
+    if request["loader"] == "SentenceTransformer":
+        from sentence_transformers import SentenceTransformer
+        model = SentenceTransformer(folder, device="cpu")
+    else:
+        from transformers import AutoModel
+        model = AutoModel.from_pretrained(folder, trust_remote_code=True)
+    embeddings = np.asarray(model.encode(request["texts"], show_progress_bar=False))
+    assert np.isfinite(embeddings).all(), "the embeddings are not finite"
+    roster = None
+    if (Path(folder) / "amoe").is_dir():
+        model.attach_amoe()  # checks the toggle law (every arm off == the bare trunk) itself
+        assert np.isfinite(np.asarray(model.encode(request["texts"], show_progress_bar=False))).all()
+        roster = model.detach_amoe()["dispatch"].roster
+    print(json.dumps({"dimension": embeddings.shape[-1], "amoe": roster}))
+""")
+
+
+def load_check(folder, files):
+    """Copy `files` into a temporary folder named like `folder` and load it in a fresh process with the project not
+    importable; returns {"dimension", "amoe" (the attached roster or None)}. A failure ends the run with its error."""
+    with tempfile.TemporaryDirectory(prefix="publish-") as temporary:
+        copy = Path(temporary) / folder.name
+        for name, path in files.items():
+            (copy / name).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(path, copy / name)
+        return runs.run_isolated(LOAD, copy, payload={"loader": PRODUCTS[folder.name].loader, "texts": PROBE_TEXTS})
+
+
+# ---- upload --------------------------------------------------------------------------------------------------------
+
+def sha256(path):
+    with open(path, "rb") as file:
+        return hashlib.file_digest(file, "sha256").hexdigest()
+
+
+def upload(api, repo, files, config, message):
+    """Create `repo` if needed and commit `files` to it, deleting what the folder does not have; the record."""
+    url = api.create_repo(repo, private=True if config.private else None, exist_ok=True)
+    deleted = sorted(set(api.list_repo_files(repo)) - set(files) - {KEPT_ON_THE_HUB})
+    operations = [CommitOperationAdd(path_in_repo=name, path_or_fileobj=path) for name, path in files.items()]
+    operations += [CommitOperationDelete(path_in_repo=name) for name in deleted]
+    commit = api.create_commit(repo, operations, commit_message=message)
+    return {"repo_id": repo, "url": str(url), "commit_url": commit.commit_url, "commit_oid": commit.oid,
+            "deleted": deleted,
+            "files": {name: {"bytes": path.stat().st_size, "sha256": sha256(path)} for name, path in files.items()}}
+
+
+def main(argv=None):
+    config, token = parse_config(argv)
+    if token is None and not config.dry_run:
+        print("no Hugging Face token (--token, HF_TOKEN or `hf auth login`): dry run, nothing is uploaded")
+        config.dry_run = True
+    if not config.dry_run and constants.is_offline_mode():
+        raise SystemExit("HF_HUB_OFFLINE is set: unset it to upload, or pass --dry-run")
+
+    plans = {folder: published_files(folder) for folder in config.folders}
+    problems = [f"{folder.name}: {problem}" for folder, (files, _) in plans.items()
+                for problem in vendoring_problems(folder) + missing_weights(folder, files) + card_problems(folder)]
+    if problems:
+        raise SystemExit("not published; fix these first:\n  " + "\n  ".join(problems))
+    for folder, (files, left_out) in plans.items():
+        print_plan(repo_id(config, folder), folder, files, left_out)
+        loaded = load_check(folder, files)
+        arms = f"; its AMOE arms {loaded['amoe']} attach" if loaded["amoe"] else ""
+        print(f"  a copy of these files loads in a fresh process without the project: "
+              f"{loaded['dimension']}-d embeddings{arms}")
+    if config.dry_run:
+        print("dry run: nothing uploaded")
+        return 0
+
+    api = HfApi(token=token)
+    revision, dirty = runs.git_revision()
+    message = "Publish from caption-bundle" + (f" {revision[:12]}" if revision else "") + (" (dirty)" if dirty else "")
+    out = config.out or runs.timestamped(runs.ROOT / "runs", "publish")
+    out.mkdir(parents=True, exist_ok=True)
+    # Not runs.RunRecord: its run.json keeps the command line, which may hold --token.
+    runs.write_json(out / "config.json", dataclasses.asdict(config))
+    record = {"endpoint": api.endpoint, "git_commit": revision, "git_dirty": dirty,
+              "versions": {**runs.library_versions(), "huggingface_hub": metadata.version("huggingface_hub")},
+              "started": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "repos": []}
+    for number, (folder, (files, _)) in enumerate(plans.items(), start=1):
+        repo = repo_id(config, folder)
+        print(f"[{number}/{len(plans)}] {repo}: uploading {len(files)} files to {api.endpoint}", flush=True)
+        uploaded = upload(api, repo, files, config, message)
+        record["repos"].append(uploaded)
+        runs.write_json(out / "publish.json", record)  # after every repo, so a failure leaves what went up
+        deleted = f"; deleted (not in the folder): {', '.join(uploaded['deleted'])}" if uploaded["deleted"] else ""
+        print(f"[{number}/{len(plans)}] {repo}: {uploaded['commit_url']}{deleted}")
+    record["finished"] = time.strftime("%Y-%m-%dT%H:%M:%S%z")
+    runs.write_json(out / "publish.json", record)
+    print(f"recorded in {out / 'publish.json'}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
