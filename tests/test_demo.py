@@ -86,3 +86,21 @@ def test_the_demo_steps_name_their_inputs():
     assert demo.reads(by_name["amoe/solo/silver-seed0"], by_name["amoe/silver"])  # its pairs file
     assert not demo.reads(by_name["geolip/train"], by_name["distill"])
     assert {step.model for step in listed} == set(demo.RELOADS)
+
+
+def test_a_folder_built_by_another_command_is_adopted_only_when_vouched_for(project):
+    root, calls = project
+    folder = root / "runs/demo/c"
+    folder.mkdir(parents=True)
+    runs.write_json(folder / "run.json", {"argv": ["tools/x.py", "--out", "runs/elsewhere"], "status": "ok",
+                                          "started": "2026-11-30T10:00:00+0000",
+                                          "finished": "2026-11-30T10:06:00+0000"})
+    with pytest.raises(SystemExit, match="names no step"):
+        demo.build(steps(), adopt=["d"])
+    assert demo.build(steps(), adopt=["c"])["c"] == (6.0, "adopted") and "c" not in calls
+    assert json.loads((folder / demo.STATE).read_text())["recorded_argv"][-1] == "runs/elsewhere"
+    folder_b = root / "runs/demo/b"
+    (folder_b / demo.STATE).unlink()  # b, unvouched and not the same command: rebuilt from scratch
+    runs.write_json(folder_b / "run.json", {"argv": ["tools/x.py", "--out", "runs/elsewhere"], "status": "ok"})
+    demo.build(steps())
+    assert calls.count("b") == 2 and not (folder_b / "run.json").exists()

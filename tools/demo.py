@@ -11,12 +11,14 @@ when its folder holds demo-step.json with status "done", the fingerprint it ran 
 arguments and the results of the steps it reads) and the content hash of what it wrote, and both still hold. So a
 rerun skips finished steps, reruns a step whose inputs changed (its old folder is removed first: stale results must
 not be resumed), and lets a step that was interrupted resume from its own checkpoints. A folder with a successful
-run record of the same command but no demo-step.json (built by hand, or before this tool) is adopted as finished.
+run record of the same command but no demo-step.json (built before this tool) is adopted as finished; one built by
+another command with the same settings is adopted when named with --adopt.
 A step reads another step's results when one of its arguments is that step's folder or lies inside it.
 
 After the steps: tools/cards.py rewrites the three cards from the run records, and each folder is loaded in a fresh
 process with the project not importable: AutoModel (trust_remote_code) for captionbert-8192-v2 with and without its
-arms and for geolip-clip-ctx576; SentenceTransformer and llama-cpp-python (the GGUF) for glyph-embedder-v2.
+arms and in SentenceTransformer, and for geolip-clip-ctx576; SentenceTransformer and llama-cpp-python (the GGUF) for
+glyph-embedder-v2.
 """
 
 import argparse
@@ -142,16 +144,17 @@ def recorded_minutes(step):
     return runs.elapsed_minutes(run["started"], run["finished"]) if run.get("finished") else None
 
 
-def adoptable(step):
-    """A folder built by the same command (its run record: same arguments, status ok) before this tool tracked it."""
+def adoptable(step, vouched=False):
+    """A folder built before this tool tracked it: its run record says ok, and it ran the same command (or a person
+    vouches for it with --adopt: the same settings under other paths)."""
     record = runs.ROOT / step.out / step.record
     if not record.is_file():
         return False
     run = runs.read_json(record)
-    return run.get("status") == "ok" and run["argv"][1:] == list(map(str, step.args))
+    return run.get("status") == "ok" and (vouched or run["argv"][1:] == list(map(str, step.args)))
 
 
-def run_step(step, index, total, inputs, force):
+def run_step(step, index, total, inputs, force, vouched=False):
     """Run the step unless it is finished; returns (its content hash, minutes, how: built / skipped / adopted)."""
     folder, state_path = runs.ROOT / step.out, runs.ROOT / step.out / STATE
     key = fingerprint(step, inputs)
@@ -162,12 +165,14 @@ def run_step(step, index, total, inputs, force):
             print(f"{header}: finished ({state['minutes']:.1f} min when built), skipped")
             return state["content_hash"], state["minutes"], "skipped"
         print(f"{header}: its files changed since it finished; rebuilding")
-    if not force and state is None and adoptable(step):
+    if not force and state is None and adoptable(step, vouched):
         minutes = recorded_minutes(step)
         result = content_hash(step.out)
+        argv, how = runs.read_json(runs.ROOT / step.out / step.record)["argv"], ("vouched for (--adopt)" if vouched
+                                                                                 else "the same command")
         runs.write_json(state_path, {"fingerprint": key, "status": "done", "content_hash": result,
-                                     "minutes": minutes, "adopted": True})
-        print(f"{header}: finished by the same command before (its run record), adopted")
+                                     "minutes": minutes, "adopted": how, "recorded_argv": argv})
+        print(f"{header}: finished before ({how}: {' '.join(argv[1:])}), adopted")
         return result, minutes, "adopted"
     if folder.exists() and (force or state is None or state["fingerprint"] != key):
         shutil.rmtree(folder)  # another command's (or stale inputs') results: never resume from them
@@ -186,6 +191,7 @@ def run_step(step, index, total, inputs, force):
 
 RELOAD = textwrap.dedent("""
     import importlib.util, json, sys
+    from pathlib import Path
     assert importlib.util.find_spec("shared_modeling") is None, "the project must not be importable here"
     folder, kind = sys.argv[1], sys.argv[2]
     texts = ["A dog runs across the grass.", "Two men play chess in a park at dusk."]
@@ -195,6 +201,11 @@ RELOAD = textwrap.dedent("""
         embeddings = model.encode(texts, show_progress_bar=False)
         result = {"parameters": sum(p.numel() for p in model.parameters()), "dim": int(embeddings.shape[1]),
                   "embedding_space": model.embedding_space, "checks": ["AutoModel"]}
+        if (Path(folder) / "modules.json").is_file():  # captionbert ships a sentence-transformers pipeline too
+            from sentence_transformers import SentenceTransformer
+            gap = abs(SentenceTransformer(folder, trust_remote_code=True).encode(texts) - embeddings).max()
+            assert gap < 1e-5, f"SentenceTransformer differs from encode by {gap}"
+            result["checks"].append("SentenceTransformer")
         if hasattr(model, "attach_amoe"):
             model.attach_amoe()
             with model.amoe_off():
@@ -230,12 +241,16 @@ def headline(folder):
     return f"{result.metric_name or result.metric_type} {result.metric_value} on {result.dataset_name}"
 
 
-def build(steps, force=False):
-    """Run every step that is not finished, in order; returns {step name: (minutes as built, how)}."""
+def build(steps, force=False, adopt=()):
+    """Run every step that is not finished, in order; returns {step name: (minutes as built, how)}. adopt: names of
+    steps whose folders a person vouches for (built by hand with the same settings)."""
+    unknown = set(adopt) - {step.name for step in steps}
+    if unknown:
+        raise SystemExit(f"--adopt names no step: {sorted(unknown)} (python -m tools.demo --list)")
     results, outcome = {}, {}
     for index, step in enumerate(steps, 1):
         inputs = {earlier.name: results[earlier.name] for earlier in steps[:index - 1] if reads(step, earlier)}
-        results[step.name], minutes, how = run_step(step, index, len(steps), inputs, force)
+        results[step.name], minutes, how = run_step(step, index, len(steps), inputs, force, step.name in adopt)
         outcome[step.name] = (minutes, how)
     return outcome
 
@@ -245,6 +260,9 @@ def main(argv=None):
     parser.add_argument("--data-dir", type=Path, default=runs.default_data_dir())
     parser.add_argument("--force", action="store_true", help="rebuild every step from scratch")
     parser.add_argument("--list", action="store_true", help="list the steps and their state; run nothing")
+    parser.add_argument("--adopt", action="append", default=[], metavar="STEP",
+                        help="treat this step's folder as finished although its run record shows another command "
+                             "(built by hand with the same settings); repeatable")
     args = parser.parse_args(argv)
     if not (args.data_dir / "sts").is_dir():
         raise SystemExit(f"{args.data_dir} has no sts/: point --data-dir (DATA_DIR) at the shared data")
@@ -258,7 +276,7 @@ def main(argv=None):
         return 0
 
     started = time.perf_counter()
-    outcome = build(steps, args.force)
+    outcome = build(steps, args.force, args.adopt)
     minutes = {name: as_built for name, (as_built, _) in outcome.items()}
     cards.main([])
 
