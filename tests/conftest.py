@@ -17,7 +17,11 @@ os.environ["HF_HOME"] = tempfile.mkdtemp(prefix="bundle-test-hf-home-")
 atexit.register(shutil.rmtree, os.environ["HF_HOME"], ignore_errors=True)
 
 import pytest  # noqa: E402
+import torch  # noqa: E402
 from transformers import AutoConfig, AutoModel  # noqa: E402
+
+from shared_modeling.amoe import Arm, Dispatch, save_arm, save_dispatch  # noqa: E402
+from shared_modeling.identity import trunk_hash  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 CAPTIONBERT = ROOT / "captionbert-8192-v2"
@@ -131,3 +135,27 @@ def assert_card_from_records(export, folder):
     assert path == folder / "README.md" and path.read_text() == card
     numbers = cards.record_numbers([*cards.source_folders(export), folder / "config.json"])
     assert cards.unaccounted_numbers(card, numbers, cards.published_numbers()) == []
+
+
+def trained_like(arm):
+    """An arm whose output projections are no longer zero, as after training."""
+    with torch.no_grad():
+        for site in arm.blocks:
+            site.head_out.weight.normal_(std=0.5)
+    return arm
+
+
+@pytest.fixture()
+def model_with_arms(tmp_path):
+    """(folder, model): a saved tiny captionbert (hidden 64) whose amoe/ ships a two-arm collective."""
+    folder = captionbert_copy(tmp_path / "captionbert", **{**TINY_CAPTIONBERT, "hidden_size": 64,
+                                                           "intermediate_size": 128})
+    build_from_folder(folder).save_pretrained(folder)
+    model = AutoModel.from_pretrained(folder, trust_remote_code=True).eval()
+    trunk = trunk_hash(model)
+    torch.manual_seed(1)
+    for name in ("paraphrase", "equiv"):
+        save_arm(folder / "amoe" / "arms" / f"{name}.safetensors", trained_like(Arm(64, 2)), name, trunk, {})
+    save_dispatch(folder / "amoe" / "collective" / "dispatch.safetensors", Dispatch(["paraphrase", "equiv"], 64, 2),
+                  trunk)
+    return folder, model

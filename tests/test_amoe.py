@@ -9,6 +9,7 @@ import torch
 
 from shared_modeling.amoe import (Arm, ArmSite, Dispatch, add_arms, arm_weights, load_arm, load_dispatch, mix_matrices,
                                   save_arm, save_dispatch, sinh_cosh_mix, unwrap_layers, wrap_layers)
+from conftest import trained_like
 from shared_modeling.identity import content_hash, trunk_hash
 from shared_modeling.layers import Encoder
 
@@ -126,14 +127,6 @@ def encode(encoder, hidden, mask):
         return encoder(hidden, mask, "sdpa")
 
 
-def trained_like(arm):
-    """An arm whose output projections are no longer zero, as after training."""
-    with torch.no_grad():
-        for site in arm.blocks:
-            site.head_out.weight.normal_(std=0.5)
-    return arm
-
-
 def test_toggle_law_on_a_wrapped_encoder():
     encoder = tiny_encoder()
     hidden, mask = torch.randn(3, 7, 64), torch.tensor([[1] * 7, [1] * 4 + [0] * 3, [1] * 2 + [0] * 5])
@@ -244,26 +237,6 @@ def test_arm_files_refuse_other_trunks_corruption_truncation_and_wrong_kinds(tmp
 
 
 # ---- the model API on a tiny captionbert ---------------------------------------------------------------------------
-
-@pytest.fixture()
-def model_with_arms(tmp_path):
-    """(folder, model): a saved tiny captionbert (hidden 64) whose amoe/ ships a two-arm collective."""
-    from transformers import AutoModel
-
-    from conftest import TINY_CAPTIONBERT, build_from_folder, captionbert_copy
-
-    folder = captionbert_copy(tmp_path / "captionbert", **{**TINY_CAPTIONBERT, "hidden_size": 64,
-                                                           "intermediate_size": 128})
-    build_from_folder(folder).save_pretrained(folder)
-    model = AutoModel.from_pretrained(folder, trust_remote_code=True).eval()
-    trunk = trunk_hash(model)
-    torch.manual_seed(1)
-    for name in ("paraphrase", "equiv"):
-        save_arm(folder / "amoe" / "arms" / f"{name}.safetensors", trained_like(Arm(64, 2)), name, trunk, {})
-    save_dispatch(folder / "amoe" / "collective" / "dispatch.safetensors", Dispatch(["paraphrase", "equiv"], 64, 2),
-                  trunk)
-    return folder, model
-
 
 def embed(model):
     return model._amoe_fingerprint()

@@ -11,7 +11,6 @@ from sentence_transformers import SentenceTransformer
 from transformers import AutoModel
 
 from conftest import CAPTIONBERT, TINY_CAPTIONBERT, build_from_folder, captionbert_copy
-from test_amoe import model_with_arms  # noqa: F401  (fixture: a tiny captionbert folder that ships a collective)
 from tools import corpus, evaluate, export_captionbert
 
 TOLERANCE = 1e-5  # the same forward either way; only the batching differs
