@@ -4,7 +4,7 @@ model cards, reload each folder the way users will, and print one summary table 
 Usage:
     python -m tools.demo               # every step not finished yet (make demo)
     python -m tools.demo --force       # rebuild every step from scratch (make demo FORCE=1)
-    python -m tools.demo --list        # the steps and whether each is finished; runs nothing
+    python -m tools.demo --list        # the steps, whether each is finished and its minutes; runs nothing
 
 Each step is one tool run (`python -m tools.<tool> ...`) writing one run folder under runs/demo/. A step is finished
 when its folder holds demo-step.json with status "done", the fingerprint it ran with (a hash of its tool, its
@@ -270,9 +270,11 @@ def main(argv=None):
     if args.list:
         for index, step in enumerate(steps, 1):
             state_path = runs.ROOT / step.out / STATE
-            state = (runs.read_json(state_path)["status"] if state_path.is_file()
-                     else "adoptable" if adoptable(step) else "not started")
-            print(f"[{index}/{len(steps)}] {step.name:28} {state:12} python -m tools.{step.tool} {' '.join(step.args)}")
+            state = runs.read_json(state_path) if state_path.is_file() else {}
+            status = state.get("status") or ("adoptable" if adoptable(step) else "not started")
+            minutes = f"{state['minutes']:6.1f} min" if state.get("minutes") is not None else " " * 10
+            print(f"[{index}/{len(steps)}] {step.name:24} {status:11} {minutes}  "
+                  f"python -m tools.{step.tool} {' '.join(step.args)}")
         return 0
 
     started = time.perf_counter()
