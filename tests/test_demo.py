@@ -85,7 +85,7 @@ def test_the_demo_steps_name_their_inputs():
     assert demo.reads(by_name["amoe/select"], by_name["amoe/solo/silver-seed1"])  # --solo holds the solo runs
     assert demo.reads(by_name["amoe/solo/silver-seed0"], by_name["amoe/silver"])  # its pairs file
     assert not demo.reads(by_name["geolip/train"], by_name["distill"])
-    assert {step.model for step in listed} == set(demo.RELOADS)
+    assert {step.model for step in listed} == set(demo.publish.PRODUCTS)
 
 
 def test_a_folder_built_by_another_command_is_adopted_only_when_vouched_for(project):

@@ -15,10 +15,10 @@ run record of the same command but no demo-step.json (built before this tool) is
 another command with the same settings is adopted when named with --adopt.
 A step reads another step's results when one of its arguments is that step's folder or lies inside it.
 
-After the steps: tools/cards.py rewrites the three cards from the run records, and each folder is loaded in a fresh
-process with the project not importable: AutoModel (trust_remote_code) for captionbert-8192-v2 with and without its
-arms and in SentenceTransformer, and for geolip-clip-ctx576; SentenceTransformer and llama-cpp-python (the GGUF) for
-glyph-embedder-v2.
+After the steps: tools/cards.py rewrites the three cards from the run records, and each folder goes through
+tools/publish.py's load check: a copy of the files that would be published, loaded in a fresh process with the
+project not importable, the ways users load it (AutoModel with trust_remote_code, plus SentenceTransformer and the
+arms on / off for captionbert-8192-v2; SentenceTransformer and llama-cpp-python for glyph-embedder-v2's GGUF).
 """
 
 import argparse
@@ -28,14 +28,13 @@ import os
 import shutil
 import subprocess
 import sys
-import textwrap
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
 from huggingface_hub import ModelCard
 
-from tools import cards, runs
+from tools import cards, publish, runs
 
 DEMO = "runs/demo"
 STATE = "demo-step.json"
@@ -118,16 +117,9 @@ def reads(step, earlier):
 def content_hash(folder):
     """sha256 over the files a step wrote (relative paths and bytes), logs and checkpoints aside."""
     folder = runs.ROOT / folder
-    digest = hashlib.sha256()
-    for path in sorted(p for p in folder.rglob("*") if p.is_file()):
-        relative = path.relative_to(folder)
-        if path.name == STATE or relative.parts[0] in NOT_CONTENT or path.name.startswith("checkpoint"):
-            continue
-        digest.update(str(relative).encode() + b"\0")
-        with open(path, "rb") as handle:
-            for block in iter(lambda: handle.read(1 << 24), b""):
-                digest.update(block)
-    return digest.hexdigest()
+    files = [path for path in sorted(folder.rglob("*")) if path.is_file() and path.name != STATE
+             and path.relative_to(folder).parts[0] not in NOT_CONTENT and not path.name.startswith("checkpoint")]
+    return runs.files_sha256(files, folder)
 
 
 def fingerprint(step, inputs):
@@ -189,52 +181,6 @@ def run_step(step, index, total, inputs, force, vouched=False):
     return result, minutes, "built"
 
 
-RELOAD = textwrap.dedent("""
-    import importlib.util, json, sys
-    from pathlib import Path
-    assert importlib.util.find_spec("shared_modeling") is None, "the project must not be importable here"
-    folder, kind = sys.argv[1], sys.argv[2]
-    texts = ["A dog runs across the grass.", "Two men play chess in a park at dusk."]
-    if kind == "transformers":
-        from transformers import AutoModel
-        model = AutoModel.from_pretrained(folder, trust_remote_code=True)
-        embeddings = model.encode(texts, show_progress_bar=False)
-        result = {"parameters": sum(p.numel() for p in model.parameters()), "dim": int(embeddings.shape[1]),
-                  "embedding_space": model.embedding_space, "checks": ["AutoModel"]}
-        if (Path(folder) / "modules.json").is_file():  # captionbert ships a sentence-transformers pipeline too
-            from sentence_transformers import SentenceTransformer
-            gap = abs(SentenceTransformer(folder, trust_remote_code=True).encode(texts) - embeddings).max()
-            assert gap < 1e-5, f"SentenceTransformer differs from encode by {gap}"
-            result["checks"].append("SentenceTransformer")
-        if hasattr(model, "attach_amoe"):
-            model.attach_amoe()
-            with model.amoe_off():
-                assert (model.encode(texts, show_progress_bar=False) == embeddings).all(), "amoe_off != bare trunk"
-            result["embedding_space_with_arms"] = model.embedding_space
-            result["checks"].append("attach_amoe + amoe_off")
-    else:
-        import glob
-        import numpy as np
-        from llama_cpp import Llama
-        from sentence_transformers import SentenceTransformer
-        texts = ["a ⇒ b", "¬b ⇒ ¬a"]
-        model = SentenceTransformer(folder)
-        embeddings = model.encode(texts)
-        gguf = sorted(glob.glob(folder + "/*-f16.gguf"))[0]
-        llama = Llama(model_path=gguf, embedding=True, verbose=False)
-        ours = np.array([llama.embed(text) for text in texts])
-        ours /= np.linalg.norm(ours, axis=1, keepdims=True)
-        cosine = float((ours * embeddings).sum(axis=1).min())
-        assert cosine > 0.999, f"the GGUF embeds differently: cosine {cosine}"
-        result = {"parameters": sum(p.numel() for p in model.parameters()), "dim": int(embeddings.shape[1]),
-                  "embedding_space": model[0].auto_model.config.embedding_space,
-                  "checks": ["SentenceTransformer", f"llama.cpp (cosine {cosine:.4f})"]}
-    print(json.dumps(result))
-""")
-RELOADS = {"captionbert-8192-v2": "transformers", "glyph-embedder-v2": "sentence-transformers",
-           "geolip-clip-ctx576": "transformers"}
-
-
 def headline(folder):
     """The card's first measured result (its model-index, generated from the run records)."""
     result = ModelCard.load(runs.ROOT / folder / "README.md").data.eval_results[0]
@@ -285,12 +231,12 @@ def main(argv=None):
     print("\nreloading each folder in a fresh process, the project not importable ...")
     lines = ["| folder | parameters | dim | headline (its card) | loads with | embedding space | build min |",
              "|---|---|---|---|---|---|---|"]
-    for folder, kind in RELOADS.items():
-        loaded = runs.run_isolated(RELOAD, (runs.ROOT / folder).resolve(), kind)
+    for folder in publish.PRODUCTS:  # the load check publish runs: a copy of exactly the files that go up
+        loaded = publish.load_check(runs.ROOT / folder, publish.published_files(runs.ROOT / folder)[0])
         model_minutes = sum(minutes[step.name] or 0 for step in steps if step.model == folder)
         space = loaded["embedding_space"] + (f" / arms on: {loaded['embedding_space_with_arms']}"
                                              if "embedding_space_with_arms" in loaded else "")
-        lines.append(f"| {folder} | {loaded['parameters']:,} | {loaded['dim']} | {headline(folder)} | "
+        lines.append(f"| {folder} | {loaded['parameters']:,} | {loaded['dimension']} | {headline(folder)} | "
                      f"{', '.join(loaded['checks'])} | `{space}` | {model_minutes:.0f} |")
     built = [name for name, (_, how) in outcome.items() if how == "built"]
     lines.append(f"\nthis run: {(time.perf_counter() - started) / 60:.1f} min, {len(built)} of {len(steps)} steps "

@@ -15,7 +15,6 @@ Every kind sorts texts by length before batching and restores the input order. E
 """
 
 import dataclasses
-import hashlib
 import json
 from dataclasses import dataclass
 from pathlib import Path
@@ -25,7 +24,7 @@ import torch
 from tqdm.auto import tqdm
 
 from shared_modeling.pooling import l2_normalize, masked_mean_pool
-from tools import teachers
+from tools import runs, teachers
 
 
 @dataclass
@@ -154,13 +153,7 @@ def weights_hash(source):
         if p.is_file() and p.suffix in WEIGHT_SUFFIXES and "amoe" not in p.relative_to(source).parts[:1])
     if not files:
         raise FileNotFoundError(f"no weight files ({', '.join(WEIGHT_SUFFIXES)}) under {source}")
-    digest = hashlib.sha256()
-    for path in files:
-        digest.update(str(path.relative_to(source) if path != source else path.name).encode())
-        with open(path, "rb") as handle:
-            for block in iter(lambda: handle.read(1 << 24), b""):
-                digest.update(block)
-    return digest.hexdigest()
+    return runs.files_sha256(files, source)
 
 
 TEACHERS = ("all-mpnet-base-v2", "all-MiniLM-L6-v2", "paraphrase-MiniLM-L3-v2")

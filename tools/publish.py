@@ -172,31 +172,54 @@ def card_problems(folder):
 
 
 LOAD = textwrap.dedent("""
-    import importlib.util, json, sys
+    import glob, importlib.util, json, sys
     from pathlib import Path
     import numpy as np
     assert importlib.util.find_spec("shared_modeling") is None, "the project must not be importable here"
     folder, request = sys.argv[1], json.loads(sys.stdin.read())
+    texts, checks = request["texts"], []
     if request["loader"] == "SentenceTransformer":
         from sentence_transformers import SentenceTransformer
         model = SentenceTransformer(folder, device="cpu")
+        embeddings = model.encode(texts)
+        space = model[0].auto_model.config.embedding_space  # a stock model: written into config.json at export
+        checks.append("SentenceTransformer")
+        for gguf in sorted(glob.glob(folder + "/*-f16.gguf")):
+            from llama_cpp import Llama
+            ours = np.array([Llama(model_path=gguf, embedding=True, verbose=False).embed(text) for text in texts])
+            cosine = float((ours / np.linalg.norm(ours, axis=1, keepdims=True) * embeddings).sum(axis=1).min())
+            assert cosine > 0.999, f"{gguf} embeds differently in llama.cpp: cosine {cosine}"
+            checks.append(f"llama.cpp (cosine {cosine:.4f})")
     else:
         from transformers import AutoModel
         model = AutoModel.from_pretrained(folder, trust_remote_code=True)
-    embeddings = np.asarray(model.encode(request["texts"], show_progress_bar=False))
+        embeddings = model.encode(texts, show_progress_bar=False)
+        space = model.embedding_space
+        checks.append("AutoModel")
+        if (Path(folder) / "modules.json").is_file():  # captionbert ships a sentence-transformers pipeline too
+            from sentence_transformers import SentenceTransformer
+            gap = abs(SentenceTransformer(folder, trust_remote_code=True).encode(texts) - embeddings).max()
+            assert gap < 1e-5, f"SentenceTransformer differs from encode by {gap}"
+            checks.append("SentenceTransformer")
     assert np.isfinite(embeddings).all(), "the embeddings are not finite"
-    roster = None
+    result = {"parameters": sum(p.numel() for p in model.parameters()), "dimension": int(embeddings.shape[-1]),
+              "embedding_space": space, "amoe": None, "checks": checks}
     if (Path(folder) / "amoe").is_dir():
         model.attach_amoe()  # checks the toggle law (every arm off == the bare trunk) itself
-        assert np.isfinite(np.asarray(model.encode(request["texts"], show_progress_bar=False))).all()
-        roster = model.detach_amoe()["dispatch"].roster
-    print(json.dumps({"dimension": embeddings.shape[-1], "amoe": roster}))
+        with model.amoe_off():
+            assert (model.encode(texts, show_progress_bar=False) == embeddings).all(), "amoe_off != the bare trunk"
+        result["embedding_space_with_arms"] = model.embedding_space
+        result["amoe"] = model.detach_amoe()["dispatch"].roster
+        checks.append("attach_amoe + amoe_off")
+    print(json.dumps(result))
 """)
 
 
 def load_check(folder, files):
     """Copy `files` into a temporary folder named like `folder` and load it in a fresh process with the project not
-    importable; returns {"dimension", "amoe" (the attached roster or None)}. A failure ends the run with its error."""
+    importable, the ways users load it; returns {"parameters", "dimension", "embedding_space", "amoe" (the attached
+    roster or None), "checks" (what loaded), and "embedding_space_with_arms" when arms ship}. A failure ends the run
+    with its error. make demo's last step runs it on every folder too."""
     with tempfile.TemporaryDirectory(prefix="publish-") as temporary:
         copy = Path(temporary) / folder.name
         for name, path in files.items():

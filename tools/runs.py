@@ -7,6 +7,7 @@ Model cards and later steps read these files; numbers are never typed by hand.
 
 import argparse
 import dataclasses
+import hashlib
 import json
 import os
 import platform
@@ -123,6 +124,18 @@ def run_isolated(script, *args, payload=None):
     if result.returncode != 0:
         raise SystemExit(f"the isolated process ({' '.join(map(str, args))}) failed:\n{result.stderr[-3000:]}")
     return json.loads(result.stdout.strip().splitlines()[-1])
+
+
+def files_sha256(files, root):
+    """sha256 over `files`, in the order given: each one's path relative to `root` (its name when it is `root`),
+    then its bytes. The identity of weights (tools/encoders.py) and of a demo step's results (tools/demo.py)."""
+    digest = hashlib.sha256()
+    for path in map(Path, files):
+        digest.update(str(path.relative_to(root) if path != Path(root) else path.name).encode())
+        with open(path, "rb") as handle:
+            for block in iter(lambda: handle.read(1 << 24), b""):
+                digest.update(block)
+    return digest.hexdigest()
 
 
 def elapsed_minutes(started, finished):
