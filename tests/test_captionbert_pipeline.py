@@ -13,7 +13,7 @@ from safetensors.numpy import load_file
 from conftest import (ENV, ROOT, TINY_CAPTIONBERT, assert_card_from_records, captionbert_copy, finish, kill_when,
                       run_tool)
 from tools import align_teachers, corpus, evaluate
-from tools.extract_teachers import write_shard
+from tools.extract_teachers import Config, load_corpus, write_shard
 
 
 def shard_bytes(folder):
@@ -277,3 +277,14 @@ def test_silver_pairs_are_scored_by_the_teachers_cosine(tmp_path, extraction):
     assert float(score) == pytest.approx(float(embeddings[row_of[first]] @ embeddings[row_of[second]]), abs=1e-4)
     near, far = [float(s) for _, _, s in rows[:40]], [float(s) for _, _, s in rows[40:]]
     assert min(near) > np.median(far)  # nearest-neighbour partners score above random ones
+
+
+def test_a_sample_of_the_corpus_keeps_corpus_order_and_is_seeded(tmp_path):
+    texts = [f"text {i}" for i in range(100)]
+    corpus.write_texts(tmp_path / "c.jsonl", texts)
+    sampled, description = load_corpus(Config(out=tmp_path / "x", corpus=tmp_path / "c.jsonl", sample=30))
+    assert len(set(sampled)) == 30 and sampled == sorted(sampled, key=texts.index)
+    assert description["sample"]["rows"] == 30
+    assert load_corpus(Config(out=tmp_path / "x", corpus=tmp_path / "c.jsonl", sample=30))[0] == sampled
+    with pytest.raises(SystemExit, match="has 100 texts"):
+        load_corpus(Config(out=tmp_path / "x", corpus=tmp_path / "c.jsonl", sample=101))

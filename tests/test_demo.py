@@ -77,15 +77,31 @@ def test_a_folder_built_by_the_same_command_is_adopted(project):
     assert demo.build(steps())["c"] == (30.0, "skipped")
 
 
-def test_the_demo_steps_name_their_inputs():
-    listed = demo.demo_steps("../shared/data")
+@pytest.mark.parametrize("budget", sorted(demo.BUDGETS))
+def test_the_demo_steps_name_their_inputs(budget):
+    listed = demo.demo_steps("../shared/data", demo.BUDGETS[budget])
     names = [step.name for step in listed]
     assert len(set(names)) == len(names)  # one folder per step
+    assert all(step.out == f"{demo.BUDGETS[budget].root}/{step.name}" for step in listed)
     by_name = dict(zip(names, listed))
-    assert demo.reads(by_name["amoe/select"], by_name["amoe/solo/silver-seed1"])  # --solo holds the solo runs
-    assert demo.reads(by_name["amoe/solo/silver-seed0"], by_name["amoe/silver"])  # its pairs file
+    assert demo.reads(by_name["amoe/select"], by_name["amoe/solo/sts-seed1"])  # --solo holds the solo runs
     assert not demo.reads(by_name["geolip/train"], by_name["distill"])
     assert {step.model for step in listed} == set(demo.publish.PRODUCTS)
+    if budget == "cpu":
+        assert demo.reads(by_name["amoe/solo/silver-seed0"], by_name["amoe/silver"])  # its pairs file
+        assert demo.reads(by_name["geolip/export"], by_name["geolip/eval-seg55"])  # the ablation row
+
+
+def test_an_export_written_over_by_the_other_budget_runs_again(project):
+    root, calls = project
+    for budget, hour in (("quick", 10), ("cpu", 11)):
+        export = root / "runs" / budget / "glyph" / "export"
+        export.mkdir(parents=True)
+        runs.write_json(export / "config.json", {"to": str(root / "glyph-embedder-v2")})
+        runs.write_json(export / "run.json", {"finished": f"2026-11-30T{hour}:00:00+0000"})
+    step = demo.Step("export_glyph", ["--out", "runs/quick/glyph/export"])
+    assert not demo.wrote_last(step)  # cpu's export (finished later) wrote the folder last
+    assert demo.wrote_last(demo.Step("export_glyph", ["--out", "runs/cpu/glyph/export"]))
 
 
 def test_a_folder_built_by_another_command_is_adopted_only_when_vouched_for(project):

@@ -8,7 +8,7 @@ function, so `make cards` after a change to a card's template rewrites the cards
 It also rewrites the project README's measured table from the three cards' model-index (their YAML metadata).
 
 Usage:
-    python -m tools.cards                          # the three folders, from runs/demo/<model>/export (make cards)
+    python -m tools.cards                          # the three folders, each from the export that last wrote it
     python -m tools.cards --check                  # exit 1 when a card differs from what its records give
     python -m tools.cards --export runs/x/geolip/export   # one export run (its tool is named in its run.json)
 
@@ -66,12 +66,12 @@ def export_tool(export_folder):
 
 
 def export_of(folder):
-    """The make demo export run that wrote this Hub folder's card (runs/demo/<model>/export), or None."""
+    """The export run that last wrote this Hub folder's card (runs/<budget>/<model>/export, tools/demo.py), or None."""
     folder = Path(folder).resolve()
-    export = runs.ROOT / "runs" / "demo" / EXPORTS.get(folder.name, "-")
-    if (export / "run.json").is_file() and Path(runs.read_json(export / "config.json")["to"]).resolve() == folder:
-        return export
-    return None
+    exports = [export for export in sorted((runs.ROOT / "runs").glob(f"*/{EXPORTS.get(folder.name, '-')}"))
+               if (export / "run.json").is_file() and runs.read_json(export / "run.json").get("finished")
+               and Path(runs.read_json(export / "config.json")["to"]).resolve() == folder]
+    return max(exports, key=lambda export: runs.read_json(export / "run.json")["finished"], default=None)
 
 
 def source_folders(export_folder):
@@ -162,13 +162,13 @@ def measured_section(readme):
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--export", type=Path, action="append",
-                        help="an export run folder (repeatable); default: runs/demo/<model>/export for all three")
+                        help="an export run folder (repeatable); default: the export that last wrote each of the three")
     parser.add_argument("--check", action="store_true", help="compare only; exit 1 if a card is stale")
     args = parser.parse_args(argv)
-    exports = args.export or [runs.ROOT / "runs" / "demo" / path for path in EXPORTS.values()]
-    missing = [str(folder) for folder in exports if not (Path(folder) / "run.json").is_file()]
+    exports = args.export or [export_of(runs.ROOT / folder) for folder in EXPORTS]
+    missing = [folder for folder, export in zip(EXPORTS, exports) if export is None]
     if missing:
-        raise SystemExit(f"no export run at {', '.join(missing)}: run make demo (or the export tools) first")
+        raise SystemExit(f"no export run wrote {', '.join(missing)}: run make demo (or the export tools) first")
     stale = []
     for folder in exports:
         path, card = export_tool(folder).card_from_records(Path(folder))

@@ -2,12 +2,18 @@
 model cards, reload each folder the way users will, and print one summary table with the build time.
 
 Usage:
-    python -m tools.demo               # every step not finished yet (make demo)
-    python -m tools.demo --force       # rebuild every step from scratch (make demo FORCE=1)
-    python -m tools.demo --list        # the steps, whether each is finished and its minutes; runs nothing
+    python -m tools.demo                  # every step not finished yet, quick budget, into runs/quick (make demo)
+    python -m tools.demo --budget cpu     # the cpu presets, into runs/demo (make demo BUDGET=cpu)
+    python -m tools.demo --force          # rebuild every step from scratch (make demo FORCE=1)
+    python -m tools.demo --list           # the steps, whether each is finished and its minutes; runs nothing
 
-Each step is one tool run (`python -m tools.<tool> ...`) writing one run folder under runs/demo/. A step is finished
-when its folder holds demo-step.json with status "done", the fingerprint it ran with (a hash of its tool, its
+Two budgets (BUDGETS): quick, make demo's default, fits in 2 h on 2 cores with shorter training and weaker models;
+cpu runs every tool's cpu preset, the settings each model's goals were measured at (about 4.9 h on 2 cores). Each
+has its own runs folder; both export to the same three Hub folders, so an export step whose folder the other budget
+has written since runs again, and `make cards` follows whichever export wrote each folder last.
+
+Each step is one tool run (`python -m tools.<tool> ...`) writing one run folder under the budget's root. A step is
+finished when its folder holds demo-step.json with status "done", the fingerprint it ran with (a hash of its tool, its
 arguments and the results of the steps it reads) and the content hash of what it wrote, and both still hold. So a
 rerun skips finished steps, reruns a step whose inputs changed (its old folder is removed first: stale results must
 not be resumed), and lets a step that was interrupted resume from its own checkpoints. A folder with a successful
@@ -36,18 +42,37 @@ from huggingface_hub import ModelCard
 
 from tools import cards, publish, runs
 
-DEMO = "runs/demo"
 STATE = "demo-step.json"
 TEACHERS = ["--encoder", "teacher:all-mpnet-base-v2", "--encoder", "teacher:all-MiniLM-L6-v2",
             "--encoder", "teacher:paraphrase-MiniLM-L3-v2"]
-# AMOE solo arms: (data, steps). silver's 12,000 pairs get 4x the steps: at 480 its validation mean was .5470 and
-# select shipped {sts} alone; at 1,920 it is .5611 and select adds it.
-ARMS = [("equiv", 480), ("sts", 480), (f"{DEMO}/amoe/silver/silver.tsv", 1920)]
-# geolip's ablation: 55-token segments (the same 22% overlap as 18 every 14), everything else the cpu preset; both
-# geolip runs embed the same texts with the same teacher, so they share one cache.
-SEG55 = ["--segment-size", "55", "--segment-stride", "43"]
-GEOLIP_TEACHER = ["--teacher-cache", f"{DEMO}/geolip/teacher.npy"]
 NOT_CONTENT = ("tensorboard",)  # folders whose files are logs, not results
+
+
+@dataclass(frozen=True)
+class Budget:
+    """How long the demo trains: the options each step adds to its tool's cpu preset, and where its runs go."""
+    root: str  # the parent of the run folders
+    extract: tuple = ()  # tools/extract_teachers.py options
+    distill: tuple = ()  # tools/distill_captionbert.py options
+    arms: tuple = ()  # AMOE solo arms: (data, steps); "silver" is the silver_pairs step's file
+    glyph: tuple = ()  # tools/train_glyph.py options
+    geolip: tuple = ()  # tools/train_geolip.py options
+    geolip_ablation: bool = False  # also train and score geolip with 55-token segments (the card's ablation row)
+
+
+BUDGETS = {
+    # Every tool's cpu preset: the settings each model's goals were measured at, about 4.9 h on 2 cores. Its
+    # records (runs/demo) are the ones the committed cards come from. silver's 12,000 pairs get 4x the steps of the
+    # other arms: at 480 its validation mean was .5470 and select shipped {sts} alone; at 1,920 it is .5611 and
+    # select adds it. geolip's ablation uses 55-token segments (the same 22% overlap as 18 every 14).
+    "cpu": Budget(root="runs/demo", arms=(("equiv", 480), ("sts", 480), ("silver", 1920)), geolip_ablation=True),
+    # make demo's default: the same steps, under 2 h on 2 cores, with shorter training and so weaker models (the
+    # cards say which goals they miss): a fifth of the caption corpus, a quarter of the distillation steps, two arm
+    # candidates at a third of the steps, a third of glyph's steps, 3/8 of geolip's, and no ablation.
+    "quick": Budget(root="runs/quick", extract=("--sample", "12000"), distill=("--steps", "300"),
+                    arms=(("equiv", 160), ("sts", 160)), glyph=("--mlm-steps", "200", "--contrastive-steps", "500"),
+                    geolip=("--steps", "192")),
+}
 
 
 @dataclass
@@ -62,7 +87,8 @@ class Step:
 
     @property
     def name(self):
-        return self.out.removeprefix(DEMO + "/")
+        """The run folder below its budget's root (runs/<root>/)."""
+        return "/".join(Path(self.out).parts[2:])
 
     @property
     def model(self):
@@ -71,40 +97,51 @@ class Step:
                                                                                    "captionbert-8192-v2")
 
 
-def demo_steps(data_dir):
-    """Every step of the demo, in order."""
-    data = ["--data-dir", str(data_dir)]
-    steps = [Step("extract_teachers", [*data, "--out", f"{DEMO}/extract"], record="runs/process-0/run.json"),
-             Step("align_teachers", ["--extract", f"{DEMO}/extract", "--out", f"{DEMO}/align"]),
-             Step("distill_captionbert", ["--preset", "cpu", "--align", f"{DEMO}/align", "--out", f"{DEMO}/distill"]),
-             Step("evaluate", [*data, "--out", f"{DEMO}/eval", "--encoder",
-                               f"captionbert-8192-v2={DEMO}/distill/final", *TEACHERS]),
-             Step("silver_pairs", ["--extract", f"{DEMO}/extract", "--out", f"{DEMO}/amoe/silver"])]
+def demo_steps(data_dir, budget=BUDGETS["quick"]):
+    """Every step of the demo at this budget, in order."""
+    data, root = ["--data-dir", str(data_dir)], budget.root
+    silver = f"{root}/amoe/silver/silver.tsv"
+    arms = [(silver if arm == "silver" else arm, arm_steps) for arm, arm_steps in budget.arms]
+    steps = [Step("extract_teachers", [*data, "--out", f"{root}/extract", *budget.extract],
+                  record="runs/process-0/run.json"),
+             Step("align_teachers", ["--extract", f"{root}/extract", "--out", f"{root}/align"]),
+             Step("distill_captionbert", ["--preset", "cpu", "--align", f"{root}/align", "--out", f"{root}/distill",
+                                          *budget.distill]),
+             Step("evaluate", [*data, "--out", f"{root}/eval", "--encoder",
+                               f"captionbert-8192-v2={root}/distill/final", *TEACHERS])]
+    if silver in dict(arms):
+        steps.append(Step("silver_pairs", ["--extract", f"{root}/extract", "--out", f"{root}/amoe/silver"]))
     for seed, extra in ((0, []), (1, ["--no-sts8"])):
-        for arm, arm_steps in ARMS:
-            out = f"{DEMO}/amoe/solo/{Path(arm).stem}-seed{seed}"
+        for arm, arm_steps in arms:
+            out = f"{root}/amoe/solo/{Path(arm).stem}-seed{seed}"
             steps.append(Step("train_amoe", ["solo", "--data", arm, "--steps", str(arm_steps), "--seed", str(seed),
-                                             *extra, "--model", f"{DEMO}/distill/final", *data, "--out", out]))
+                                             *extra, "--model", f"{root}/distill/final", *data, "--out", out]))
+    teacher_cache = ["--teacher-cache", f"{root}/geolip/teacher.npy"]  # both geolip runs embed the same texts
     steps += [
-        Step("train_amoe", ["select", "--solo", f"{DEMO}/amoe/solo", "--candidates", *[Path(a).stem for a, _ in ARMS],
-                            "--model", f"{DEMO}/distill/final", *data, "--out", f"{DEMO}/amoe/select"]),
-        Step("export_captionbert", ["--extract", f"{DEMO}/extract", "--align", f"{DEMO}/align", "--distill",
-                                    f"{DEMO}/distill", "--eval", f"{DEMO}/eval", "--amoe", f"{DEMO}/amoe/select",
-                                    "--out", f"{DEMO}/captionbert/export"]),
-        Step("build_glyph_corpus", ["--out", f"{DEMO}/glyph/corpus"]),
-        Step("train_glyph", ["--corpus", f"{DEMO}/glyph/corpus", "--out", f"{DEMO}/glyph/train"]),
-        Step("evaluate_glyph", ["--corpus", f"{DEMO}/glyph/corpus", "--out", f"{DEMO}/glyph/eval", "--encoder",
-                                f"glyph-embedder-v2={DEMO}/glyph/train/final",
+        Step("train_amoe", ["select", "--solo", f"{root}/amoe/solo", "--candidates", *[Path(a).stem for a, _ in arms],
+                            "--model", f"{root}/distill/final", *data, "--out", f"{root}/amoe/select"]),
+        Step("export_captionbert", ["--extract", f"{root}/extract", "--align", f"{root}/align", "--distill",
+                                    f"{root}/distill", "--eval", f"{root}/eval", "--amoe", f"{root}/amoe/select",
+                                    "--out", f"{root}/captionbert/export"]),
+        Step("build_glyph_corpus", ["--out", f"{root}/glyph/corpus"]),
+        Step("train_glyph", ["--corpus", f"{root}/glyph/corpus", "--out", f"{root}/glyph/train", *budget.glyph]),
+        Step("evaluate_glyph", ["--corpus", f"{root}/glyph/corpus", "--out", f"{root}/glyph/eval", "--encoder",
+                                f"glyph-embedder-v2={root}/glyph/train/final",
                                 "--encoder", "teacher:all-MiniLM-L6-v2"]),
-        Step("export_glyph", ["--corpus", f"{DEMO}/glyph/corpus", "--train", f"{DEMO}/glyph/train", "--eval",
-                              f"{DEMO}/glyph/eval", "--out", f"{DEMO}/glyph/export"]),
-        Step("train_geolip", ["--out", f"{DEMO}/geolip/train", *GEOLIP_TEACHER]),
-        Step("evaluate_geolip", ["--train", f"{DEMO}/geolip/train", "--out", f"{DEMO}/geolip/eval"]),
-        Step("train_geolip", ["--out", f"{DEMO}/geolip/train-seg55", *SEG55, *GEOLIP_TEACHER]),
-        Step("evaluate_geolip", ["--train", f"{DEMO}/geolip/train-seg55", "--out", f"{DEMO}/geolip/eval-seg55"]),
-        Step("export_geolip", ["--train", f"{DEMO}/geolip/train", "--eval", f"{DEMO}/geolip/eval", "--ablation",
-                               f"{DEMO}/geolip/eval-seg55", "--out", f"{DEMO}/geolip/export"]),
+        Step("export_glyph", ["--corpus", f"{root}/glyph/corpus", "--train", f"{root}/glyph/train", "--eval",
+                              f"{root}/glyph/eval", "--out", f"{root}/glyph/export"]),
+        Step("train_geolip", ["--out", f"{root}/geolip/train", *teacher_cache, *budget.geolip]),
+        Step("evaluate_geolip", ["--train", f"{root}/geolip/train", "--out", f"{root}/geolip/eval"]),
     ]
+    ablation = []
+    if budget.geolip_ablation:
+        steps += [Step("train_geolip", ["--out", f"{root}/geolip/train-seg55", "--segment-size", "55",
+                                        "--segment-stride", "43", *teacher_cache, *budget.geolip]),
+                  Step("evaluate_geolip", ["--train", f"{root}/geolip/train-seg55", "--out",
+                                           f"{root}/geolip/eval-seg55"])]
+        ablation = ["--ablation", f"{root}/geolip/eval-seg55"]
+    steps.append(Step("export_geolip", ["--train", f"{root}/geolip/train", "--eval", f"{root}/geolip/eval", *ablation,
+                                        "--out", f"{root}/geolip/export"]))
     return steps
 
 
@@ -125,6 +162,11 @@ def content_hash(folder):
 def fingerprint(step, inputs):
     """A hash of the step's command and of the results (content hashes) of the steps it reads."""
     return hashlib.sha256(json.dumps([step.tool, list(map(str, step.args)), inputs]).encode()).hexdigest()
+
+
+def wrote_last(step):
+    """False for an export step whose Hub folder another export (the other budget's) has written since."""
+    return not step.tool.startswith("export_") or cards.export_of(runs.ROOT / step.model) == runs.ROOT / step.out
 
 
 def recorded_minutes(step):
@@ -153,7 +195,10 @@ def run_step(step, index, total, inputs, force, vouched=False):
     state = runs.read_json(state_path) if state_path.is_file() else None
     header = f"[{index}/{total}] {step.name} (tools/{step.tool}.py)"
     if not force and state and state["fingerprint"] == key and state["status"] == "done":
-        if content_hash(step.out) == state["content_hash"]:
+        if not wrote_last(step):
+            print(f"{header}: {step.model}/ was exported by another budget since; exporting again")
+            force = True
+        elif content_hash(step.out) == state["content_hash"]:
             print(f"{header}: finished ({state['minutes']:.1f} min when built), skipped")
             return state["content_hash"], state["minutes"], "skipped"
         print(f"{header}: its files changed since it finished; rebuilding")
@@ -204,6 +249,8 @@ def build(steps, force=False, adopt=()):
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--data-dir", type=Path, default=runs.default_data_dir())
+    parser.add_argument("--budget", choices=sorted(BUDGETS), default="quick",
+                        help="quick: under 2 h on 2 cores (default); cpu: every tool's cpu preset, about 4.9 h")
     parser.add_argument("--force", action="store_true", help="rebuild every step from scratch")
     parser.add_argument("--list", action="store_true", help="list the steps and their state; run nothing")
     parser.add_argument("--adopt", action="append", default=[], metavar="STEP",
@@ -212,7 +259,8 @@ def main(argv=None):
     args = parser.parse_args(argv)
     if not (args.data_dir / "sts").is_dir():
         raise SystemExit(f"{args.data_dir} has no sts/: point --data-dir (DATA_DIR) at the shared data")
-    steps = demo_steps(args.data_dir)
+    budget = BUDGETS[args.budget]
+    steps = demo_steps(args.data_dir, budget)
     if args.list:
         for index, step in enumerate(steps, 1):
             state_path = runs.ROOT / step.out / STATE
@@ -243,8 +291,8 @@ def main(argv=None):
                  f"built; every step as built: {sum(m or 0 for m in minutes.values()):.1f} min on {os.cpu_count()} "
                  "cores")
     summary = "\n".join(lines)
-    (runs.ROOT / DEMO / "summary.md").write_text(summary + "\n")
-    runs.write_json(runs.ROOT / DEMO / "steps.json", {step.name: {"tool": step.tool, "args": step.args,
+    (runs.ROOT / budget.root / "summary.md").write_text(summary + "\n")
+    runs.write_json(runs.ROOT / budget.root / "steps.json", {step.name: {"tool": step.tool, "args": step.args,
                                                                   "minutes": outcome[step.name][0],
                                                                   "this_run": outcome[step.name][1]} for step in steps})
     print("\n" + summary)

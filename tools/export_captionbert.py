@@ -166,6 +166,8 @@ def build_card(metrics, extract_manifest, extraction, align_report, distill_metr
     corpus_lines = "\n".join(
         f"| {source} | {s['kept']:,} | {s['dropped_held_out']:,} | {s['dropped_duplicate']:,} |"
         for source, s in corpus.get("stats", {}).items()) or f"| {corpus['source']} | all | - | - |"
+    sample = (f" Of the kept texts, a seeded random {corpus['sample']['rows']:,} (seed {corpus['sample']['seed']}) "
+              "were embedded and trained on (the quick budget of make demo)." if "sample" in corpus else "")
     teacher_lines = "\n".join(
         f"| {t['name']} | {t['dim']} | {t['kind']} | {t['pooling']} | `{t['weights_sha256'][:12]}` | "
         f"{_cosine(align_report['teachers'][t['name']]['holdout_cosine_before'])} | "
@@ -255,7 +257,7 @@ saw a label itself, only the teachers' embeddings.
 **Corpus** ({extract_manifest['corpus']['rows']:,} texts, sha256 `{extract_manifest['corpus']['sha256'][:12]}`): any
 text whose normalised form occurs in an STS-8 test set or among the Flickr8k test captions is dropped (STS-B train
 reuses STS12-16 test sentences; MSRpar comes from MRPC; SICK and SNLI premises from Flickr captions), and so
-are duplicates.
+are duplicates.{sample}
 
 | source | kept | dropped (held out) | dropped (duplicate) |
 |---|---|---|---|

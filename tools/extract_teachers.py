@@ -34,6 +34,7 @@ from tqdm.auto import tqdm
 
 from tools import corpus, encoders, runs
 
+SAMPLE_SEED = 0  # --sample's draw
 DEFAULT_TEACHERS = ["teacher:all-mpnet-base-v2", "teacher:all-MiniLM-L6-v2", "teacher:paraphrase-MiniLM-L3-v2"]
 
 
@@ -47,6 +48,8 @@ class Config:
     batch_size: int = 64  # texts per forward pass
     max_length: int = 512  # token limit for plain HF / ONNX teachers (sentence-transformers use their own)
     limit: int | None = None  # embed only the first N texts (smoke runs)
+    sample: int | None = None  # embed a seeded random N of the texts, kept in corpus order (every source, in
+    #                            proportion: make demo's quick budget)
 
 
 def teacher_folder_name(name):
@@ -77,6 +80,12 @@ def load_corpus(config):
         description = {"source": "tools/corpus.py default mix", "data_dir": str(config.data_dir), "stats": stats}
     if config.limit is not None:
         texts = texts[:config.limit]
+    if config.sample is not None:
+        if not 0 < config.sample <= len(texts):
+            raise SystemExit(f"--sample {config.sample}: the corpus has {len(texts):,} texts")
+        keep = np.sort(np.random.default_rng(SAMPLE_SEED).choice(len(texts), config.sample, replace=False))
+        texts = [texts[i] for i in keep]
+        description["sample"] = {"rows": config.sample, "seed": SAMPLE_SEED}
     if not texts:
         raise SystemExit("the corpus is empty")
     return texts, description
@@ -110,6 +119,8 @@ def main(argv=None):
     parser.add_argument("--batch-size", type=int, default=Config.batch_size)
     parser.add_argument("--max-length", type=int, default=Config.max_length)
     parser.add_argument("--limit", type=int, default=None, help="embed only the first N texts")
+    parser.add_argument("--sample", type=int, default=None,
+                        help="embed a seeded random N of the texts, in corpus order (every source in proportion)")
     args = vars(parser.parse_args(argv))
     args["teachers"] = args["teachers"] or list(DEFAULT_TEACHERS)
     config = Config(**args)
