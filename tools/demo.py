@@ -67,7 +67,7 @@ BUDGETS = {
     # select adds it. geolip's ablation uses 55-token segments (the same 22% overlap as 18 every 14).
     "cpu": Budget(root="runs/demo", arms=(("equiv", 480), ("sts", 480), ("silver", 1920)), geolip_ablation=True),
     # make demo's default: the same steps, under 2 h on 2 cores, with shorter training and so weaker models (the
-    # cards say which goals they miss): a fifth of the caption corpus, a quarter of the distillation steps, two arm
+    # cards say which goals they miss): 12,000 of the ~53,000 captions, a quarter of the distillation steps, two arm
     # candidates at a third of the steps, a third of glyph's steps, 3/8 of geolip's, and no ablation.
     "quick": Budget(root="runs/quick", extract=("--sample", "12000"), distill=("--steps", "300"),
                     arms=(("equiv", 160), ("sts", 160)), glyph=("--mlm-steps", "200", "--contrastive-steps", "500"),
