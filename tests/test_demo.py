@@ -9,6 +9,7 @@ import subprocess
 import pytest
 
 from tools import demo, runs
+from tools.align_teachers import Config
 
 
 @pytest.fixture
@@ -87,6 +88,11 @@ def test_the_demo_steps_name_their_inputs(budget):
     assert demo.reads(by_name["amoe/select"], by_name["amoe/solo/sts-seed1"])  # --solo holds the solo runs
     assert not demo.reads(by_name["geolip/train"], by_name["distill"])
     assert {step.model for step in listed} == set(demo.publish.PRODUCTS)
+    option = {(step.name, flag): value for step in listed for flag, value in zip(step.args, step.args[1:])}
+    sample = int(option.get(("extract", "--sample"), 10**9))  # the rows align may split, at most
+    fit, held = option.get(("align", "--fit-rows"), Config.fit_rows), option.get(("align", "--holdout-rows"),
+                                                                                 Config.holdout_rows)
+    assert int(fit) + int(held) <= sample
     if budget == "cpu":
         assert demo.reads(by_name["amoe/solo/silver-seed0"], by_name["amoe/silver"])  # its pairs file
         assert demo.reads(by_name["geolip/export"], by_name["geolip/eval-seg55"])  # the ablation row

@@ -53,6 +53,7 @@ class Budget:
     """How long the demo trains: the options each step adds to its tool's cpu preset, and where its runs go."""
     root: str  # the parent of the run folders
     extract: tuple = ()  # tools/extract_teachers.py options
+    align: tuple = ()  # tools/align_teachers.py options (its fit and held-out rows must fit in the extraction)
     distill: tuple = ()  # tools/distill_captionbert.py options
     arms: tuple = ()  # AMOE solo arms: (data, steps); "silver" is the silver_pairs step's file
     glyph: tuple = ()  # tools/train_glyph.py options
@@ -69,7 +70,8 @@ BUDGETS = {
     # make demo's default: the same steps, under 2 h on 2 cores, with shorter training and so weaker models (the
     # cards say which goals they miss): 12,000 of the ~53,000 captions, a quarter of the distillation steps, two arm
     # candidates at a third of the steps, a third of glyph's steps, 3/8 of geolip's, and no ablation.
-    "quick": Budget(root="runs/quick", extract=("--sample", "12000"), distill=("--steps", "300"),
+    "quick": Budget(root="runs/quick", extract=("--sample", "12000"), align=("--fit-rows", "8000", "--holdout-rows",
+                                                                              "2000"), distill=("--steps", "300"),
                     arms=(("equiv", 160), ("sts", 160)), glyph=("--mlm-steps", "200", "--contrastive-steps", "500"),
                     geolip=("--steps", "192")),
 }
@@ -104,7 +106,7 @@ def demo_steps(data_dir, budget=BUDGETS["quick"]):
     arms = [(silver if arm == "silver" else arm, arm_steps) for arm, arm_steps in budget.arms]
     steps = [Step("extract_teachers", [*data, "--out", f"{root}/extract", *budget.extract],
                   record="runs/process-0/run.json"),
-             Step("align_teachers", ["--extract", f"{root}/extract", "--out", f"{root}/align"]),
+             Step("align_teachers", ["--extract", f"{root}/extract", "--out", f"{root}/align", *budget.align]),
              Step("distill_captionbert", ["--preset", "cpu", "--align", f"{root}/align", "--out", f"{root}/distill",
                                           *budget.distill]),
              Step("evaluate", [*data, "--out", f"{root}/eval", "--encoder",
