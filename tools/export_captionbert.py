@@ -247,7 +247,7 @@ is more isotropic); `erank` = participation ratio of the centred embeddings of t
 
 {sts_table(metrics, extract_manifest)}
 
-The student {verdict_mean} the {export['goal_mean']} goal of this preset (mean {student['mean']:.4f}; best teacher
+The student {verdict_mean} the cpu preset's {export['goal_mean']} goal (mean {student['mean']:.4f}; best teacher
 {best_teacher} {metrics[best_teacher]['mean']:.4f}) and its self_cos ({student['self_cos']:+.3f}) is {verdict_cos} every
 teacher's (lowest {lowest_teacher_self_cos:+.3f}). {FOR_SCALE} was trained on 1B+ labelled pairs; this student never
 saw a label itself, only the teachers' embeddings.
