@@ -52,3 +52,8 @@ def test_the_committed_card_is_its_records(folder):
     assert path.read_text() == card, "stale card: run make cards"
     numbers = cards.record_numbers([*cards.source_folders(export), ROOT / folder / "config.json"])
     assert cards.unaccounted_numbers(card, numbers, cards.published_numbers()) == []
+
+
+def test_an_export_folder_without_a_run_record_is_named(tmp_path):
+    with pytest.raises(SystemExit, match=f"no export run for {tmp_path}"):
+        cards.main(["--export", str(tmp_path)])

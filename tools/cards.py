@@ -165,10 +165,14 @@ def main(argv=None):
                         help="an export run folder (repeatable); default: the export that last wrote each of the three")
     parser.add_argument("--check", action="store_true", help="compare only; exit 1 if a card is stale")
     args = parser.parse_args(argv)
-    exports = args.export or [export_of(runs.ROOT / folder) for folder in EXPORTS]
-    missing = [folder for folder, export in zip(EXPORTS, exports) if export is None]
+    if args.export:
+        exports = args.export
+        missing = [str(folder) for folder in exports if not (folder / "run.json").is_file()]
+    else:
+        exports = [export_of(runs.ROOT / folder) for folder in EXPORTS]
+        missing = [folder for folder, export in zip(EXPORTS, exports) if export is None]
     if missing:
-        raise SystemExit(f"no export run wrote {', '.join(missing)}: run make demo (or the export tools) first")
+        raise SystemExit(f"no export run for {', '.join(missing)}: run make demo (or the export tools) first")
     stale = []
     for folder in exports:
         path, card = export_tool(folder).card_from_records(Path(folder))

@@ -167,7 +167,7 @@ def build_card(metrics, extract_manifest, extraction, align_report, distill_metr
         f"| {source} | {s['kept']:,} | {s['dropped_held_out']:,} | {s['dropped_duplicate']:,} |"
         for source, s in corpus.get("stats", {}).items()) or f"| {corpus['source']} | all | - | - |"
     sample = (f" Of the kept texts, a seeded random {corpus['sample']['rows']:,} (seed {corpus['sample']['seed']}) "
-              "were embedded and trained on (the quick budget of make demo)." if "sample" in corpus else "")
+              "were embedded and trained on (`extract_teachers --sample`)." if "sample" in corpus else "")
     teacher_lines = "\n".join(
         f"| {t['name']} | {t['dim']} | {t['kind']} | {t['pooling']} | `{t['weights_sha256'][:12]}` | "
         f"{_cosine(align_report['teachers'][t['name']]['holdout_cosine_before'])} | "
