@@ -10,7 +10,9 @@ class CaptionBertConfig(PreTrainedConfig):
 
     vocab_size: WordPiece vocabulary (bert-base-uncased, 30,522).
     hidden_size / num_hidden_layers / num_attention_heads / intermediate_size: the transformer trunk.
-    max_position_embeddings: learned absolute positions; `encode` truncates longer inputs to this many tokens.
+    max_position_embeddings: learned absolute positions.
+    trained_length: how many of those positions training reached (written by the training tool); `encode` and
+        `forward` cap inputs there with a warning, since later positions hold untrained vectors. None: all of them.
     output_dim: width of the L2-normalised sentence embedding produced by the head.
     hidden_dropout_prob: dropout on embeddings, residual branches and attention probabilities (training only).
     layer_norm_eps: epsilon of every LayerNorm.
@@ -25,6 +27,7 @@ class CaptionBertConfig(PreTrainedConfig):
     num_attention_heads: int = 8
     intermediate_size: int = 2048
     max_position_embeddings: int = 8192
+    trained_length: int | None = None
     output_dim: int = 768
     hidden_dropout_prob: float | int = 0.1
     layer_norm_eps: float = 1e-12
@@ -37,6 +40,9 @@ class CaptionBertConfig(PreTrainedConfig):
                      "max_position_embeddings", "output_dim"):
             if getattr(self, name) <= 0:
                 raise ValueError(f"{name} must be positive, got {getattr(self, name)}")
+        if self.trained_length is not None and not 0 < self.trained_length <= self.max_position_embeddings:
+            raise ValueError(f"trained_length must be in [1, max_position_embeddings = {self.max_position_embeddings}],"
+                             f" got {self.trained_length}")
         if self.hidden_size % self.num_attention_heads:
             raise ValueError(
                 f"hidden_size ({self.hidden_size}) must be a multiple of num_attention_heads ({self.num_attention_heads})"

@@ -71,6 +71,14 @@ class CaptionBertModel(CaptionBertPreTrainedModel):
         L2-normalised embedding (B, E); with return_dict=False, the tuple (last_hidden_state, pooler_output)."""
         if attention_mask is None:
             attention_mask = torch.ones_like(input_ids)
+        limit = self.config.trained_length
+        if limit is not None and input_ids.shape[1] > limit:
+            warnings.warn(
+                f"inputs of {input_ids.shape[1]} tokens were cut to the {limit} positions training reached "
+                f"(config.trained_length); later positions hold untrained vectors",
+                stacklevel=2,
+            )
+            input_ids, attention_mask = input_ids[:, :limit], attention_mask[:, :limit]
         hidden = self.embeddings(input_ids)  # (B, T, D)
         hidden = self.encoder(hidden, attention_mask, self.config._attn_implementation)  # (B, T, D), 0 at padding
         embedding = l2_normalize(self.head(masked_mean_pool(hidden, attention_mask)))  # (B, E)
@@ -99,7 +107,7 @@ class CaptionBertModel(CaptionBertPreTrainedModel):
         """Embed a str -> (E,) or a list of str -> (N, E); rows are L2-normalised.
 
         Texts are sorted by length so each batch carries little padding, and returned in the input order.
-        Inputs longer than `config.max_position_embeddings` tokens are truncated (one warning per call).
+        Inputs longer than `usable_length` tokens keep their first tokens and the closing [SEP] (one warning per call).
         device: where to run (the model is moved there); None keeps the model's device.
         show_progress_bar: None shows one when there is more than one batch and stderr is a terminal.
         convert_to_numpy: float32 numpy array if True, else a torch tensor on the model's device.
@@ -134,14 +142,20 @@ class CaptionBertModel(CaptionBertPreTrainedModel):
             embeddings = embeddings[0]
         return embeddings.cpu().numpy() if convert_to_numpy else embeddings
 
+    @property
+    def usable_length(self):
+        """The longest input the model reads: the positions training reached (config.trained_length), else all."""
+        return self.config.trained_length or self.config.max_position_embeddings
+
     def _tokenize(self, texts):
         """WordPiece ids with [CLS]/[SEP]; over-long inputs keep their first tokens and the closing [SEP]."""
-        limit = self.config.max_position_embeddings
+        limit = self.usable_length
         token_ids = self.tokenizer(texts, truncation=False, verbose=False)["input_ids"] if texts else []
         too_long = [i for i, ids in enumerate(token_ids) if len(ids) > limit]
         if too_long:
             warnings.warn(
-                f"{len(too_long)} of {len(texts)} texts exceed {limit} tokens and were truncated "
+                f"{len(too_long)} of {len(texts)} texts exceed the model's {limit} usable positions and were "
+                f"truncated "
                 f"(first: texts[{too_long[0]}], {len(token_ids[too_long[0]])} tokens)",
                 stacklevel=3,
             )

@@ -14,7 +14,7 @@ import torch
 from huggingface_hub.errors import StrictDataclassClassValidationError
 from transformers import AutoConfig, AutoModel
 
-from conftest import CAPTIONBERT, build_from_folder, captionbert_copy
+from conftest import CAPTIONBERT, TINY_CAPTIONBERT, build_from_folder, captionbert_copy
 
 TEXTS = ["A dog runs across the grass.", "two men play chess in a park", "a",
          "A very long caption about a crowded street market at dusk, with stalls selling fruit, lanterns hanging "
@@ -35,6 +35,7 @@ def test_full_size_parameter_count():
     ({"hidden_dropout_prob": 1.5}, "hidden_dropout_prob"),
     ({"output_dim": 0}, "output_dim must be positive"),
     ({"pad_token_id": 40000}, "pad_token_id"),
+    ({"trained_length": 9000}, "trained_length"),
 ])
 def test_config_rejects_bad_values(tmp_path, override, message):
     folder = captionbert_copy(tmp_path / "bad", **override)
@@ -103,7 +104,7 @@ def test_longest_input_runs_and_longer_is_truncated_with_one_warning(tiny_captio
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # no warning at exactly the limit
         at_limit = model.encode(exact)
-    with pytest.warns(UserWarning, match="exceed 8192 tokens and were truncated") as caught:
+    with pytest.warns(UserWarning, match="exceed the model's 8192 usable positions and were truncated") as caught:
         over = model.encode([exact + "a", exact + "a b c", "short"])
     assert len(caught) == 1
     # Truncation keeps the first 8191 tokens and the closing [SEP]: identical ids, identical embedding.
@@ -169,6 +170,29 @@ def test_shipped_folder_holds_what_a_hub_repo_needs():
     for name in ("configuration_captionbert.py", "modeling_captionbert.py", "shared_layers.py", "shared_pooling.py",
                  "tokenizer.json", "tokenizer_config.json", "README.md"):
         assert (CAPTIONBERT / name).is_file(), name
+
+
+def test_untrained_positions_are_cut_off_with_one_warning(tmp_path):
+    folder = captionbert_copy(tmp_path / "trained16", **{**TINY_CAPTIONBERT, "trained_length": 16})
+    model = build_from_folder(folder)
+    model.save_pretrained(folder)
+    model = AutoModel.from_pretrained(folder, trust_remote_code=True).eval()
+    assert model.config.trained_length == 16 and model.usable_length == 16
+    ids = model.tokenizer("one two three four five six seven eight nine ten")["input_ids"]  # 12 tokens
+    long_text = " ".join(["word"] * 40)
+    with pytest.warns(UserWarning, match="usable positions") as caught:
+        embeddings = model.encode([long_text, long_text + " more", "short"])
+    assert len(caught) == 1
+    cut = model.tokenizer(" ".join(["word"] * 14))["input_ids"]  # [CLS] + 14 + [SEP] = 16 tokens
+    assert len(cut) == 16
+    np.testing.assert_allclose(embeddings[0], model.encode(" ".join(["word"] * 14)), atol=1e-6)
+    np.testing.assert_allclose(embeddings[1], embeddings[0], atol=1e-6)
+    # forward cuts at the trained length too, with one warning, and reads only the first 16 tokens.
+    input_ids = torch.tensor([ids + ids])  # 24 tokens
+    with pytest.warns(UserWarning, match="untrained vectors") as caught:
+        output = model(input_ids)
+    assert len(caught) == 1 and output.last_hidden_state.shape[1] == 16
+    torch.testing.assert_close(output.pooler_output, model(input_ids[:, :16]).pooler_output)
 
 
 def test_forward_rejects_more_tokens_than_positions_and_encode_takes_a_device(tiny_captionbert):

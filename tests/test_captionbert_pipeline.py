@@ -8,6 +8,7 @@ import sys
 
 import numpy as np
 import pytest
+import torch
 from safetensors.numpy import load_file
 
 from conftest import (ENV, ROOT, TINY_CAPTIONBERT, assert_card_from_records, captionbert_copy, finish, kill_when,
@@ -55,7 +56,11 @@ def test_default_corpus_holds_no_sts8_text_and_no_held_out_caption(data_dir):
     assert len(normalised) == len(texts)  # deduplicated
     # STS-B train is built from STS 2012-2016 test sentences: nearly all of it must go.
     assert stats["stsb-train"]["dropped_held_out"] > 9000
-    assert stats["flickr8k-train"]["kept"] > 29000 and stats["imageinwords"]["kept"] > 1500
+    assert stats["flickr8k-train"]["kept"] > 29000 and stats["imageinwords"]["kept"] > 1200
+    # The long-text gallery (whole images, geolip's and captionbert's long-input gauge) is held out too.
+    gallery = corpus.split_imageinwords(data_dir)[1]
+    assert len(gallery) >= 500 and stats["imageinwords"]["dropped_held_out"] >= 500
+    assert not {" ".join(t.lower().split()) for t in gallery} & normalised
     assert not set(evaluate.gauge_captions(data_dir, 1000)) & set(texts)  # the in-domain gauge stays unseen
 
 
@@ -222,6 +227,65 @@ def test_distillation_learns_the_consensus_and_records_itself(tmp_path, alignmen
     with pytest.raises(SystemExit, match="another config"):  # resuming with other options is refused
         distill_captionbert.main(["--align", str(alignment), "--out", str(out), "--model", str(tiny_student),
                                   *map(str, DISTILL[:-2]), "--max-length", "32"])
+
+
+def test_distillation_from_weight_selection_records_its_init_and_trained_length(tmp_path, alignment, tiny_student):
+    """--init select starts from the teacher's selected weights (at a learning rate too small to move them, the final
+    weights are those weights) and says so in config.json, metrics.json and the student's config."""
+    import shutil
+
+    from safetensors.torch import load_file as load_torch
+    from transformers import BertConfig, BertModel
+
+    from conftest import CAPTIONBERT
+    from tools import distill_captionbert
+
+    teacher_folder = tmp_path / "teacher"
+    torch.manual_seed(3)
+    teacher = BertModel(BertConfig(vocab_size=30522, hidden_size=48, num_hidden_layers=2, num_attention_heads=3,
+                                   intermediate_size=96, max_position_embeddings=80), add_pooling_layer=False)
+    teacher.save_pretrained(teacher_folder)
+    for name in ("tokenizer.json", "tokenizer_config.json"):
+        shutil.copy(CAPTIONBERT / name, teacher_folder / name)
+    out = tmp_path / "run"
+    options = ["--align", str(alignment), "--model", str(tiny_student), "--init", "select", "--init-teacher",
+               str(teacher_folder), "--init-texts", "40", *map(str, DISTILL[:-2]), "--max-length", "32",
+               "--learning-rate", "1e-12", "--precision", "fp32"]
+    assert distill_captionbert.main(["--out", str(out), *options]) == 0
+    init = json.loads((out / "metrics.json").read_text())["init"]
+    assert init["kind"] == "select" and init["selection"] == "importance" and init["importance_texts"] == 40
+    assert init["tokens_mapped"] == 30522 and init["positions_from_teacher"] == 80 and len(init["dims"]) == 32
+    assert json.loads((out / "config.json").read_text())["init"] == "select"
+    student_config = json.loads((out / "final" / "config.json").read_text())
+    assert student_config["trained_length"] == 80  # the teacher's positions, beyond the 32 trained on
+    weights = load_torch(str(out / "final" / "model.safetensors"))
+    dims = torch.tensor(init["dims"])
+    expected = teacher.embeddings.position_embeddings.weight[:, dims] + teacher.embeddings.token_type_embeddings.weight[0, dims]
+    torch.testing.assert_close(weights["embeddings.position_embeddings.weight"][:80], expected, atol=1e-6, rtol=0)
+    scratch = tmp_path / "scratch"
+    assert distill_captionbert.main(["--out", str(scratch), "--align", str(alignment), "--model", str(tiny_student),
+                                     *map(str, DISTILL[:-2]), "--max-length", "32"]) == 0
+    metrics = json.loads((scratch / "metrics.json").read_text())
+    assert metrics["init"] == {"kind": "scratch"} and metrics["trained_length"] <= 32
+    assert json.loads((scratch / "final" / "config.json").read_text())["trained_length"] == metrics["trained_length"]
+
+
+def test_token_budget_batches_cap_rows_times_longest_and_epochs_chain():
+    from tools import distill_captionbert
+
+    lengths = np.random.default_rng(0).integers(5, 200, size=700)
+    batches = distill_captionbert.bucketed_batches(lengths, 32, seed=1, epoch=0, max_batch_tokens=1000)
+    assert all(2 <= len(b) <= 32 and len(b) * lengths[b].max() <= 1000 for b in batches)
+    assert len({int(i) for b in batches for i in b}) == sum(map(len, batches))  # no row twice in an epoch
+    assert any(len(b) < 32 for b in batches) and any(len(b) == 32 for b in batches)
+    again = distill_captionbert.bucketed_batches(lengths, 32, seed=1, epoch=0, max_batch_tokens=1000)
+    assert all(np.array_equal(a, b) for a, b in zip(batches, again))
+    config = distill_captionbert.Config(align=None, out=None, batch_size=32, seed=1, max_batch_tokens=1000)
+    epochs = distill_captionbert.EpochBatches(lengths, config)
+    sizes = [len(distill_captionbert.bucketed_batches(lengths, 32, 1, e, 1000)) for e in range(3)]
+    assert np.array_equal(epochs.at(sizes[0] + 2), distill_captionbert.bucketed_batches(lengths, 32, 1, 1, 1000)[2])
+    assert np.array_equal(epochs.at(3), batches[3])  # going back restarts from epoch 0
+    assert epochs.epochs(sizes[0] + sizes[1]) == 2.0
 
 
 # ---- end to end -----------------------------------------------------------------------------------------------------

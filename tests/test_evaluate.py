@@ -69,3 +69,21 @@ def test_all_minilm_l6_v2_reproduces_its_published_scores(data_dir, tmp_path):
     assert "| all-MiniLM-L6-v2 | 0.72" in (tmp_path / "results.md").read_text()
     run = json.loads((tmp_path / "run.json").read_text())
     assert run["status"] == "ok" and run["versions"]["transformers"]
+
+
+def test_model2vec_distills_a_local_teacher_with_the_pinned_transformers(tmp_path, monkeypatch):
+    """model2vec.distill (installed without its `distill` extra, which pins transformers<5.4) runs on the local
+    all-MiniLM-L6-v2 folder offline, caches the static model by the teacher's weights, and embeds sensibly."""
+    monkeypatch.setattr(encoders.teachers, "CACHE", tmp_path)
+    texts = ["A man is playing a guitar.", "A man plays the guitar.", "The stock market fell sharply today."]
+    name, encoder = encoders.load("model2vec:all-MiniLM-L6-v2", encoders.EncodeOptions(show_progress=False))
+    assert name == "model2vec(all-MiniLM-L6-v2)" and encoder.kind == "model2vec"
+    assert encoder.source.parent == tmp_path and (encoder.source / "model.safetensors").is_file()
+    embeddings = encoder.encode(texts)
+    assert embeddings.shape == (3, 256)  # model2vec's PCA to 256 dimensions
+    np.testing.assert_allclose(np.linalg.norm(embeddings, axis=1), 1.0, atol=1e-5)
+    assert embeddings[0] @ embeddings[1] > embeddings[0] @ embeddings[2] + 0.2
+    cached = encoders.load("model2vec:all-MiniLM-L6-v2", encoders.EncodeOptions(show_progress=False))[1]
+    np.testing.assert_array_equal(cached.encode(texts), embeddings)  # from the cache: the same table
+    with pytest.raises(FileNotFoundError, match="neither a PyPI teacher"):
+        encoders.load("model2vec:no-such-teacher")

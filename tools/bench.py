@@ -17,8 +17,8 @@ captions, tokenized by captionbert's tokenizer. One run measures:
      ImageInWords descriptions included), fp32: tools/encoders.py's length-bucketed path (what
      tools/extract_teachers.py runs) vs naive padded batches in corpus order, both on the BertModel above saved as
      a plain HF teacher folder. Target >= 1.5x.
-  5. Student training steps (tools/distill_captionbert.train_step: bf16 autocast forward, InfoNCE + MSE, backward,
-     Adam) on bucketed batches of that sample: captionbert vs BertModel of the same shape with the same pooling and
+  5. Student training steps (tools/distill_captionbert.train_step: bf16 autocast forward where the CPU computes bf16,
+     else float32; InfoNCE + MSE, backward, Adam) on bucketed batches of that sample: captionbert vs BertModel of the same shape with the same pooling and
      head. Target >= 1.0x.
   6. AMOE arms: captionbert.encode with a collective attached through attach_amoe (random arms with non-zero
      outputs, written as arm files; speed does not depend on the weights) vs the bare trunk, fp32 and bf16, at two
@@ -71,7 +71,7 @@ from shared_modeling.amoe import (ATOMS, GROUP_WIDTH, HEAD_WIDTH, KEY_WIDTH, SLO
 from shared_modeling.identity import trunk_hash
 from shared_modeling.pooling import l2_normalize, masked_mean_pool
 from shared_modeling.segments import segment_spans
-from tools import corpus, distill_captionbert, encoders, export_gguf, runs, train_geolip
+from tools import corpus, distill_captionbert, encoders, export_gguf, runs, train_geolip, training
 
 ROOT = Path(__file__).resolve().parent.parent
 CAPTIONBERT = ROOT / "captionbert-8192-v2"
@@ -357,7 +357,8 @@ def main(argv=None):
                                    "longest": max(map(len, mix_ids))}
 
         # ---- 5: student training step, captionbert vs BertModel of the same shape --------------------------------
-        train_config = distill_captionbert.Config(align=Path("-"), out=Path("-"))
+        precision = "bf16" if training.bf16_native("cpu") else "fp32"  # what distill_captionbert --precision auto runs
+        train_config = distill_captionbert.Config(align=Path("-"), out=Path("-"), precision=precision)
         lengths_array = np.array([len(ids) for ids in mix_ids])
         train_batches = distill_captionbert.bucketed_batches(lengths_array, size, config.seed, 0)[:config.train_steps]
         train_batches = [distill_captionbert.collate(mix_ids, members, tokenizer.pad_token_id)
@@ -381,7 +382,7 @@ def main(argv=None):
         train = race({name: steps(name) for name in students}, config.repeats, "training steps")
         tokens = sum(int(mask.sum()) for _, mask in train_batches)
         ours, theirs = statistics.median(train["captionbert"]), statistics.median(train["bert"])
-        rows.append(row("(5) training step bf16: captionbert vs BertModel", "tokens/s", tokens / ours,
+        rows.append(row(f"(5) training step {precision}: captionbert vs BertModel", "tokens/s", tokens / ours,
                         tokens / theirs, theirs / ours, (">=", 1.0)))
         report["seconds"]["extraction"], report["seconds"]["training"] = extract, train
 

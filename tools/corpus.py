@@ -7,8 +7,9 @@
     mrpc-train      both sentences of the MRPC train split
     snli-dev        the premises and hypotheses of the SNLI dev split (its test split stays unseen)
 
-Held-out text is never trained on: no text of any STS-8 test set, and no caption of a Flickr8k test image (the
-in-domain gauges). Sources overlap them (STS-B train reuses STS 2012-2016 test sentences, MSRpar comes from MRPC,
+Held-out text is never trained on: no text of any STS-8 test set, no caption of a Flickr8k test image (the
+in-domain gauges), and no description of the ImageInWords images held out as the long-text gallery
+(`split_imageinwords`: geolip's m_acc gallery and captionbert's long-input gauge). Sources overlap them (STS-B train reuses STS 2012-2016 test sentences, MSRpar comes from MRPC,
 SICK and the SNLI premises from Flickr captions, and short captions repeat across images), so every text whose
 normalised form (lower case, single spaces) is held out is dropped and counted. Duplicates keep their first
 occurrence.
@@ -17,12 +18,15 @@ occurrence.
 import csv
 import hashlib
 import json
+import random
 from pathlib import Path
 
 from tools import evaluate
 
 SOURCES = ("flickr8k-train", "imageinwords", "stsb-train", "mrpc-train", "snli-dev")
 IMAGEINWORDS_FIELDS = ("IIW", "IIW-P5B", "DOCCI")
+IMAGEINWORDS_HELD_OUT = 500  # long descriptions held out (whole images) as the long-text gallery
+IMAGEINWORDS_SEED = 0  # the draw of the held-out images
 
 
 def _flickr8k_train(data_dir):
@@ -39,6 +43,34 @@ def _imageinwords(data_dir):
         for line in path.read_text(encoding="utf-8").splitlines():
             record = json.loads(line)
             yield from (record[f] for f in IMAGEINWORDS_FIELDS if record.get(f))
+
+
+def imageinwords_by_image(data_dir):
+    """[[descriptions of one image], ...]: every ImageInWords record's distinct long descriptions, in file order."""
+    groups = []
+    for path in sorted((Path(data_dir) / "captions" / "imageinwords").glob("*/data.jsonl")):
+        for line in path.read_text(encoding="utf-8").splitlines():
+            record = json.loads(line)
+            texts = list(dict.fromkeys(record[f].strip() for f in IMAGEINWORDS_FIELDS if record.get(f)))
+            if texts:
+                groups.append(texts)
+    return groups
+
+
+def split_by_image(groups, held_out, seed):
+    """(training texts, held-out texts): the groups shuffled by the seed, whole groups held out until there are at
+    least `held_out` texts."""
+    groups = list(groups)
+    random.Random(seed).shuffle(groups)
+    validation, training = [], []
+    for group in groups:
+        (validation if len(validation) < held_out else training).extend(group)
+    return training, validation
+
+
+def split_imageinwords(data_dir, held_out=IMAGEINWORDS_HELD_OUT, seed=IMAGEINWORDS_SEED):
+    """(training, held-out) ImageInWords descriptions, split by image; the defaults give the project's gallery."""
+    return split_by_image(imageinwords_by_image(data_dir), held_out, seed)
 
 
 def _stsb_train(data_dir):
@@ -66,14 +98,16 @@ def normalised(text):
 
 
 def held_out_texts(data_dir):
-    """Normalised forms of every sentence in the eight STS test sets and every Flickr8k test caption."""
+    """Normalised forms of every sentence in the eight STS test sets, every Flickr8k test caption and every held-out
+    ImageInWords description."""
     sts = {normalised(s) for task in evaluate.TASKS for a, b, _ in evaluate.load_task(data_dir, task) for s in (a, b)}
     flickr = Path(data_dir) / "captions" / "flickr8k"
     test_images = set((flickr / "Flickr_8k.testImages.txt").read_text().split())
     captions = {normalised(line.split("\t", 1)[1])
                 for line in (flickr / "Flickr8k.token.txt").read_text(encoding="utf-8").splitlines()
                 if line.split("#")[0] in test_images}
-    return sts | captions
+    long_texts = {normalised(text) for text in split_imageinwords(data_dir)[1]}
+    return sts | captions | long_texts
 
 
 def build(data_dir, sources=SOURCES):

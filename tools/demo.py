@@ -54,7 +54,8 @@ class Budget:
     root: str  # the parent of the run folders
     extract: tuple = ()  # tools/extract_teachers.py options
     align: tuple = ()  # tools/align_teachers.py options (its fit and held-out rows must fit in the extraction)
-    distill: tuple = ()  # tools/distill_captionbert.py options
+    distill: tuple = ()  # tools/distill_captionbert.py options of the shipped student
+    scratch: tuple = ()  # its options for the card's from-scratch row (the same budget from a random init)
     arms: tuple = ()  # AMOE solo arms: (data, steps); "silver" is the silver_pairs step's file
     glyph: tuple = ()  # tools/train_glyph.py options
     geolip: tuple = ()  # tools/train_geolip.py options
@@ -109,8 +110,13 @@ def demo_steps(data_dir, budget=BUDGETS["quick"]):
              Step("align_teachers", ["--extract", f"{root}/extract", "--out", f"{root}/align", *budget.align]),
              Step("distill_captionbert", ["--preset", "cpu", "--align", f"{root}/align", "--out", f"{root}/distill",
                                           *budget.distill]),
+             Step("distill_captionbert", ["--preset", "cpu", "--align", f"{root}/align", "--out",
+                                          f"{root}/distill-scratch", "--init", "scratch", *budget.scratch]),
              Step("evaluate", [*data, "--out", f"{root}/eval", "--encoder",
-                               f"captionbert-8192-v2={root}/distill/final", *TEACHERS])]
+                               f"captionbert-8192-v2={root}/distill/final", "--encoder",
+                               f"captionbert-8192-v2 (from scratch)={root}/distill-scratch/final",
+                               "--encoder", "model2vec:all-mpnet-base-v2", *TEACHERS]),
+             Step("evaluate_long_inputs", [*data, "--model", f"{root}/distill/final", "--out", f"{root}/long"])]
     if silver in dict(arms):
         steps.append(Step("silver_pairs", ["--extract", f"{root}/extract", "--out", f"{root}/amoe/silver"]))
     for seed, extra in ((0, []), (1, ["--no-sts8"])):
@@ -123,7 +129,8 @@ def demo_steps(data_dir, budget=BUDGETS["quick"]):
         Step("train_amoe", ["select", "--solo", f"{root}/amoe/solo", "--candidates", *[Path(a).stem for a, _ in arms],
                             "--model", f"{root}/distill/final", *data, "--out", f"{root}/amoe/select"]),
         Step("export_captionbert", ["--extract", f"{root}/extract", "--align", f"{root}/align", "--distill",
-                                    f"{root}/distill", "--eval", f"{root}/eval", "--amoe", f"{root}/amoe/select",
+                                    f"{root}/distill", "--eval", f"{root}/eval", "--long", f"{root}/long",
+                                    "--amoe", f"{root}/amoe/select",
                                     "--out", f"{root}/captionbert/export"]),
         Step("build_glyph_corpus", ["--out", f"{root}/glyph/corpus"]),
         Step("train_glyph", ["--corpus", f"{root}/glyph/corpus", "--out", f"{root}/glyph/train", *budget.glyph]),

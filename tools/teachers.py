@@ -64,3 +64,11 @@ def mpnet_base_folder():
         modules.parent.rename(target)
         shutil.rmtree(staging, ignore_errors=True)
     return target
+
+
+def folder(name):
+    """The transformers / sentence-transformers folder of a PyPI teacher with one (not the ONNX-only L3)."""
+    folders = {"all-mpnet-base-v2": mpnet_base_folder, "all-MiniLM-L6-v2": minilm_l6_folder}
+    if name not in folders:
+        raise ValueError(f"no model folder for teacher {name!r}; teachers with one: {', '.join(folders)}")
+    return folders[name]()

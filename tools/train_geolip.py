@@ -30,7 +30,6 @@ minutes each phase took) and training_curve.png, and final/, the model folder (w
 """
 
 import argparse
-import json
 import random
 import shutil
 import sys
@@ -52,7 +51,6 @@ from tools import corpus, encoders, runs, teachers
 from tools.training import batch_at, run_stage
 
 GEOLIP = runs.ROOT / "geolip-clip-ctx576"
-IMAGEINWORDS_FIELDS = corpus.IMAGEINWORDS_FIELDS
 ROWS = ("memory", "truncated", "segment_mean")  # the model, the base on the first window, the mean of its segments
 
 
@@ -130,25 +128,15 @@ def long_texts_by_image(config):
     """[[texts of one image], ...]: the ImageInWords descriptions grouped by record, or --texts one per line."""
     if config.texts is not None:
         return [[line.strip()] for line in Path(config.texts).read_text().splitlines() if line.strip()]
-    groups = []
-    for path in sorted((config.data_dir / "captions" / "imageinwords").glob("*/data.jsonl")):
-        for line in path.read_text(encoding="utf-8").splitlines():
-            record = json.loads(line)
-            texts = list(dict.fromkeys(record[f].strip() for f in IMAGEINWORDS_FIELDS if record.get(f)))
-            if texts:
-                groups.append(texts)
-    return groups
+    return corpus.imageinwords_by_image(config.data_dir)
 
 
 def split_texts(config):
     """(training texts, validation texts): images shuffled by the seed, `validation_texts` texts held out whole."""
-    groups = long_texts_by_image(config)
-    random.Random(config.seed).shuffle(groups)
-    validation, training = [], []
-    for group in groups:
-        (validation if len(validation) < config.validation_texts else training).extend(group)
+    training, validation = corpus.split_by_image(long_texts_by_image(config), config.validation_texts, config.seed)
     if len(validation) < config.validation_texts or not training:
-        raise SystemExit(f"{sum(map(len, groups))} long texts cannot hold out {config.validation_texts} and train")
+        raise SystemExit(f"{len(training) + len(validation)} long texts cannot hold out {config.validation_texts} "
+                         "and train")
     if config.flickr_captions:
         captions = corpus.build(config.data_dir, ["flickr8k-train"])[0]
         training += random.Random(config.seed).sample(captions, min(config.flickr_captions, len(captions)))

@@ -20,6 +20,16 @@ from transformers import get_linear_schedule_with_warmup
 
 
 @functools.lru_cache(maxsize=2)
+def bf16_native(device):
+    """Whether `device` computes bf16 in hardware: a GPU that supports it, or a CPU with AVX-512 BF16 or AMX. Without
+    them PyTorch emulates bf16 on the CPU, far slower than float32 (measured on an AVX2-only EPYC: a captionbert
+    backward pass 107 s in bf16 autocast vs 1.2 s in float32)."""
+    device = torch.device(device)
+    if device.type == "cuda":
+        return torch.cuda.is_bf16_supported()
+    return device.type == "cpu" and (torch.cpu._is_avx512_bf16_supported() or torch.cpu._is_amx_tile_supported())
+
+
 def epoch_order(count, batch_size, seed, epoch):
     """The batches (index arrays) of one epoch: a shuffle that depends only on (seed, epoch); the tail is dropped.
     Cached, since every step of the epoch asks for it."""
