@@ -5,6 +5,7 @@ resumption after kill -9; 2-process extraction."""
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -13,7 +14,7 @@ from safetensors.numpy import load_file
 
 from conftest import (ENV, ROOT, TINY_CAPTIONBERT, assert_card_from_records, captionbert_copy, finish, kill_when,
                       run_tool)
-from tools import align_teachers, corpus, evaluate
+from tools import align_teachers, corpus, encoders, evaluate
 from tools.extract_teachers import Config, load_corpus, write_shard
 
 
@@ -189,7 +190,7 @@ def test_extraction_refuses_to_resume_another_corpus(tmp_path, extraction, tiny_
 
 # ---- distillation ---------------------------------------------------------------------------------------------------
 
-DISTILL = ["--steps", 24, "--batch-size", 16, "--validation-rows", 20, "--validate-every", 8,
+DISTILL = ["--init", "scratch", "--steps", 24, "--batch-size", 16, "--validation-rows", 20, "--validate-every", 8,
            "--checkpoint-every", 8, "--log-every", 4, "--warmup-steps", 4, "--max-length", 64]
 
 
@@ -229,27 +230,35 @@ def test_distillation_learns_the_consensus_and_records_itself(tmp_path, alignmen
                                   *map(str, DISTILL[:-2]), "--max-length", "32"])
 
 
-def test_distillation_from_weight_selection_records_its_init_and_trained_length(tmp_path, alignment, tiny_student):
-    """--init select starts from the teacher's selected weights (at a learning rate too small to move them, the final
-    weights are those weights) and says so in config.json, metrics.json and the student's config."""
+def selectable_teacher(folder):
+    """(folder, model): a random 2-layer BertModel the tiny student can be weight-selected from (head width 16, 80
+    positions), with the real uncased tokenizer."""
     import shutil
 
-    from safetensors.torch import load_file as load_torch
     from transformers import BertConfig, BertModel
 
     from conftest import CAPTIONBERT
-    from tools import distill_captionbert
 
-    teacher_folder = tmp_path / "teacher"
     torch.manual_seed(3)
     teacher = BertModel(BertConfig(vocab_size=30522, hidden_size=48, num_hidden_layers=2, num_attention_heads=3,
                                    intermediate_size=96, max_position_embeddings=80), add_pooling_layer=False)
-    teacher.save_pretrained(teacher_folder)
+    teacher.save_pretrained(folder)
     for name in ("tokenizer.json", "tokenizer_config.json"):
-        shutil.copy(CAPTIONBERT / name, teacher_folder / name)
+        shutil.copy(CAPTIONBERT / name, Path(folder) / name)
+    return Path(folder), teacher.eval()
+
+
+def test_distillation_from_weight_selection_records_its_init_and_trained_length(tmp_path, alignment, tiny_student):
+    """--init select starts from the teacher's selected weights (at a learning rate too small to move them, the final
+    weights are those weights) and says so in config.json, metrics.json and the student's config."""
+    from safetensors.torch import load_file as load_torch
+
+    from tools import distill_captionbert
+
+    teacher_folder, teacher = selectable_teacher(tmp_path / "teacher")
     out = tmp_path / "run"
-    options = ["--align", str(alignment), "--model", str(tiny_student), "--init", "select", "--init-teacher",
-               str(teacher_folder), "--init-texts", "40", *map(str, DISTILL[:-2]), "--max-length", "32",
+    options = ["--align", str(alignment), "--model", str(tiny_student), *map(str, DISTILL[:-2]), "--max-length", "32",
+               "--init", "select", "--init-teacher", str(teacher_folder), "--init-texts", "40",
                "--learning-rate", "1e-12", "--precision", "fp32"]
     assert distill_captionbert.main(["--out", str(out), *options]) == 0
     init = json.loads((out / "metrics.json").read_text())["init"]
@@ -260,7 +269,8 @@ def test_distillation_from_weight_selection_records_its_init_and_trained_length(
     assert student_config["trained_length"] == 80  # the teacher's positions, beyond the 32 trained on
     weights = load_torch(str(out / "final" / "model.safetensors"))
     dims = torch.tensor(init["dims"])
-    expected = teacher.embeddings.position_embeddings.weight[:, dims] + teacher.embeddings.token_type_embeddings.weight[0, dims]
+    embeddings = teacher.embeddings
+    expected = embeddings.position_embeddings.weight[:, dims] + embeddings.token_type_embeddings.weight[0, dims]
     torch.testing.assert_close(weights["embeddings.position_embeddings.weight"][:80], expected, atol=1e-6, rtol=0)
     scratch = tmp_path / "scratch"
     assert distill_captionbert.main(["--out", str(scratch), "--align", str(alignment), "--model", str(tiny_student),
@@ -291,20 +301,30 @@ def test_token_budget_batches_cap_rows_times_longest_and_epochs_chain():
 # ---- end to end -----------------------------------------------------------------------------------------------------
 
 def test_pipeline_end_to_end_exports_a_loadable_folder_with_a_generated_card(tmp_path, alignment, extraction,
-                                                                             tiny_teachers, tiny_student):
-    from tools import distill_captionbert, export_captionbert
+                                                                             tiny_teachers, tiny_student, data_dir,
+                                                                             monkeypatch):
+    from tools import distill_captionbert, evaluate_long_inputs, export_captionbert
+
+    monkeypatch.setattr(encoders.teachers, "CACHE", tmp_path / "cache")  # the model2vec table of the tiny teacher
 
     distill = tmp_path / "distill"
+    teacher_folder, _ = selectable_teacher(tmp_path / "select-from")
     assert distill_captionbert.main(["--align", str(alignment), "--out", str(distill), "--model", str(tiny_student),
-                                     *map(str, DISTILL)]) == 0
+                                     *map(str, DISTILL), "--init", "select", "--init-teacher", str(teacher_folder),
+                                     "--init-texts", "64"]) == 0
     eval_dir = tmp_path / "eval"
     assert evaluate.main(["--out", str(eval_dir), "--gauge-captions", "100",
                           "--encoder", f"captionbert-8192-v2={distill / 'final'}",
+                          "--encoder", f"{export_captionbert.FROM_SCRATCH}={distill / 'final'}",
+                          "--encoder", f"{export_captionbert.STATIC}=model2vec:{tiny_teachers[0]}",
                           "--encoder", str(tiny_teachers[0]), "--encoder", str(tiny_teachers[1])]) == 0
+    long_dir = tmp_path / "long"
+    assert evaluate_long_inputs.main(["--model", str(distill / "final"), "--teacher", str(tiny_teachers[0]),
+                                      "--data-dir", str(data_dir), "--out", str(long_dir)]) == 0
     target = captionbert_copy(tmp_path / "hub-folder", **{**TINY_CAPTIONBERT, "output_dim": 48})
     assert export_captionbert.main(["--extract", str(extraction), "--align", str(alignment), "--distill",
-                                    str(distill), "--eval", str(eval_dir), "--out", str(tmp_path / "export"),
-                                    "--to", str(target)]) == 0
+                                    str(distill), "--eval", str(eval_dir), "--long", str(long_dir), "--out",
+                                    str(tmp_path / "export"), "--to", str(target)]) == 0
     assert_card_from_records(tmp_path / "export", target)
 
     assert (target / "model.safetensors").read_bytes() == (distill / "final" / "model.safetensors").read_bytes()
@@ -317,6 +337,14 @@ def test_pipeline_end_to_end_exports_a_loadable_folder_with_a_generated_card(tmp
     assert f"{report['teachers']['teacher-b']['holdout_cosine_after']:.3f}" in card
     cells = {cell.strip() for line in card.splitlines() if line.startswith("|") for cell in line.split("|")}
     assert not cells & {"None", "nan"} and "{" not in card.split("## Use")[0]
+    trained_length = json.loads((distill / "final" / "config.json").read_text())["trained_length"]
+    assert json.loads((target / "config.json").read_text())["trained_length"] == trained_length == 80
+    assert f"`trained_length` = {trained_length:,} in config.json" in card
+    assert "the same budget from a random init" in card and "static distillation of the reference teacher" in card
+    assert "**Training.** Started from select-from's own weights by weight selection (`--init select`" in card
+    assert "positions come from the teacher" in card
+    long_rows = json.loads((long_dir / "metrics.json").read_text())["rows"]
+    assert f"| first 64 | {long_rows['64']['cosine']:.4f} | {long_rows['64']['top1']:.4f} |" in card
 
     # The card must refuse numbers that belong to other weights.
     (distill / "final" / "model.safetensors").write_bytes(b"0" * 10)
@@ -352,3 +380,24 @@ def test_a_sample_of_the_corpus_keeps_corpus_order_and_is_seeded(tmp_path):
     assert load_corpus(Config(out=tmp_path / "x", corpus=tmp_path / "c.jsonl", sample=30))[0] == sampled
     with pytest.raises(SystemExit, match="has 100 texts"):
         load_corpus(Config(out=tmp_path / "x", corpus=tmp_path / "c.jsonl", sample=101))
+
+
+def test_long_input_evaluation_scores_windows_against_the_whole_text(tmp_path, tiny_captionbert, data_dir):
+    from conftest import tiny_teacher
+    from tools import evaluate_long_inputs
+
+    assert evaluate_long_inputs.window_ids([[101, 5, 6, 7, 8, 102], [101, 5, 102]], 4, 102) == [[101, 5, 6, 102],
+                                                                                           [101, 5, 102]]
+    folder, _ = tiny_captionbert
+    teacher = tiny_teacher(tmp_path / "teacher", 24, seed=4)  # the tiny student's output width
+    out = tmp_path / "long"
+    assert evaluate_long_inputs.main(["--model", str(folder), "--teacher", str(teacher), "--windows", "16", "64",
+                                      "--data-dir", str(data_dir), "--out", str(out)]) == 0
+    metrics = json.loads((out / "metrics.json").read_text())
+    assert metrics["texts"] == len(corpus.split_imageinwords(data_dir)[1]) >= 500
+    assert list(metrics["rows"]) == ["16", "64", "whole"] and metrics["rows"]["whole"]["tokens"] == 8192
+    assert metrics["tokens"]["median"] > 64  # long texts: the windows cut them
+    for row in metrics["rows"].values():
+        assert -1 <= row["cosine"] <= 1 and 0 <= row["top1"] <= 1
+    assert metrics["rows"]["16"] != metrics["rows"]["whole"]
+    assert "| first 16 |" in (out / "results.md").read_text()

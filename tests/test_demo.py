@@ -87,6 +87,11 @@ def test_the_demo_steps_name_their_inputs(budget):
     by_name = dict(zip(names, listed))
     assert demo.reads(by_name["amoe/select"], by_name["amoe/solo/sts-seed1"])  # --solo holds the solo runs
     assert not demo.reads(by_name["geolip/train"], by_name["distill"])
+    # The card's rows: the same budget from scratch beside the shipped init, and the long-input table.
+    assert demo.reads(by_name["eval"], by_name["distill"]) and demo.reads(by_name["eval"], by_name["distill-scratch"])
+    assert demo.reads(by_name["long"], by_name["distill"])
+    assert demo.reads(by_name["captionbert/export"], by_name["long"])
+    assert "--init" in by_name["distill-scratch"].args
     assert {step.model for step in listed} == set(demo.publish.PRODUCTS)
     option = {(step.name, flag): value for step in listed for flag, value in zip(step.args, step.args[1:])}
     sample = int(option.get(("extract", "--sample"), 10**9))  # the rows align may split, at most

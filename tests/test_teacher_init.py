@@ -64,16 +64,18 @@ def test_selection_takes_the_chosen_rows_and_columns(student, tokenizer):
     qkv = student.encoder.layers[1].attention.qkv.weight
     assert torch.equal(qkv[:32], source.attention.self.query.weight[rows][:, dims])
     assert torch.equal(qkv[32:64], source.attention.self.key.weight[rows][:, dims])
-    assert torch.equal(student.encoder.layers[1].attention.out.weight, source.attention.output.dense.weight[dims][:, rows])
+    out = source.attention.output.dense.weight
+    assert torch.equal(student.encoder.layers[1].attention.out.weight, out[dims][:, rows])
     assert torch.equal(student.encoder.layers[1].feed_forward.down.weight,
                        source.output.dense.weight[dims][:, 32:96])
-    assert torch.equal(student.encoder.layers[0].feed_forward.up.bias, teacher.encoder.layer[0].intermediate.dense.bias[:64])
+    up = teacher.encoder.layer[0].intermediate.dense.bias
+    assert torch.equal(student.encoder.layers[0].feed_forward.up.bias, up[:64])
     assert torch.equal(student.encoder.layers[0].attention_norm.weight,
                        teacher.encoder.layer[0].attention.output.LayerNorm.weight[dims])
     # Token-type row 0 is folded into the positions.
     embeddings = teacher.embeddings
-    assert torch.equal(student.embeddings.position_embeddings.weight[5],
-                       embeddings.position_embeddings.weight[5, dims] + embeddings.token_type_embeddings.weight[0, dims])
+    position = embeddings.position_embeddings.weight[5, dims] + embeddings.token_type_embeddings.weight[0, dims]
+    assert torch.equal(student.embeddings.position_embeddings.weight[5], position)
     assert torch.equal(student.embeddings.word_embeddings.weight[2000], embeddings.word_embeddings.weight[2000, dims])
 
 

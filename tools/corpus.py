@@ -9,10 +9,10 @@
 
 Held-out text is never trained on: no text of any STS-8 test set, no caption of a Flickr8k test image (the
 in-domain gauges), and no description of the ImageInWords images held out as the long-text gallery
-(`split_imageinwords`: geolip's m_acc gallery and captionbert's long-input gauge). Sources overlap them (STS-B train reuses STS 2012-2016 test sentences, MSRpar comes from MRPC,
-SICK and the SNLI premises from Flickr captions, and short captions repeat across images), so every text whose
-normalised form (lower case, single spaces) is held out is dropped and counted. Duplicates keep their first
-occurrence.
+(`split_imageinwords`: geolip's m_acc gallery and captionbert's long-input gauge). Sources overlap them (STS-B
+train reuses STS 2012-2016 test sentences, MSRpar comes from MRPC, SICK and the SNLI premises from Flickr captions,
+and short captions repeat across images), so every text whose normalised form (lower case, single spaces) is held
+out is dropped and counted. Duplicates keep their first occurrence.
 """
 
 import csv

@@ -19,7 +19,8 @@ rerun skips finished steps, reruns a step whose inputs changed (its old folder i
 not be resumed), and lets a step that was interrupted resume from its own checkpoints. A folder with a successful
 run record of the same command but no demo-step.json (built before this tool) is adopted as finished; one built by
 another command with the same settings is adopted when named with --adopt.
-A step reads another step's results when one of its arguments is that step's folder or lies inside it.
+A step reads another step's results when one of its arguments (or the PATH of a NAME=PATH one) is that step's folder or
+lies inside it.
 
 After the steps: tools/cards.py rewrites the three cards from the run records, and each folder goes through
 tools/publish.py's load check: a copy of the files that would be published, loaded in a fresh process with the
@@ -63,16 +64,20 @@ class Budget:
 
 
 BUDGETS = {
-    # Every tool's cpu preset: the settings each model's goals were measured at, about 4.9 h on 2 cores. Its
-    # records (runs/demo) are the ones the committed cards come from. silver's 12,000 pairs get 4x the steps of the
-    # other arms: at 480 its validation mean was .5470 and select shipped {sts} alone; at 1,920 it is .5611 and
+    # Every tool's cpu preset: the settings each model's goals are measured at (the distillation starts from
+    # all-mpnet-base-v2's selected weights), plus the card's from-scratch row at the same steps and its own learning
+    # rate. Its records (runs/demo) are the ones the committed cards come from. silver's 12,000 pairs get 4x the steps
+    # of the other arms: at 480 its validation mean was .5470 and select shipped {sts} alone; at 1,920 it is .5611 and
     # select adds it. geolip's ablation uses 55-token segments (the same 22% overlap as 18 every 14).
-    "cpu": Budget(root="runs/demo", arms=(("equiv", 480), ("sts", 480), ("silver", 1920)), geolip_ablation=True),
-    # make demo's default: the same steps, under 2 h on 2 cores, with shorter training and so weaker models (the
-    # cards say which goals they miss): 12,000 of the ~53,000 captions, a quarter of the distillation steps, two arm
-    # candidates at a third of the steps, a third of glyph's steps, 3/8 of geolip's, and no ablation.
-    "quick": Budget(root="runs/quick", extract=("--sample", "12000"), align=("--fit-rows", "8000", "--holdout-rows",
-                                                                              "2000"), distill=("--steps", "300"),
+    "cpu": Budget(root="runs/demo", scratch=("--learning-rate", "5e-4"),
+                  arms=(("equiv", 480), ("sts", 480), ("silver", 1920)), geolip_ablation=True),
+    # make demo's default: the same steps with shorter training and so weaker models (the cards say which goals they
+    # miss): 12,000 of the ~53,000 captions, a third of the distillation steps (and of the from-scratch row's), two
+    # arm candidates at a third of the steps, a third of glyph's steps, 3/8 of geolip's, and no ablation.
+    "quick": Budget(root="runs/quick", extract=("--sample", "12000"),
+                    align=("--fit-rows", "8000", "--holdout-rows", "2000"),
+                    distill=("--steps", "160", "--warmup-steps", "16"),
+                    scratch=("--steps", "160", "--warmup-steps", "16", "--learning-rate", "5e-4"),
                     arms=(("equiv", 160), ("sts", 160)), glyph=("--mlm-steps", "200", "--contrastive-steps", "500"),
                     geolip=("--steps", "192")),
 }
@@ -155,9 +160,10 @@ def demo_steps(data_dir, budget=BUDGETS["quick"]):
 
 
 def reads(step, earlier):
-    """Whether `step` reads `earlier`'s results: one of its arguments is that folder, inside it, or contains it."""
+    """Whether `step` reads `earlier`'s results: one of its arguments (or the path of a NAME=PATH argument) is that
+    folder, inside it, or contains it."""
     return any(arg == earlier.out or arg.startswith(earlier.out + "/") or earlier.out.startswith(arg + "/")
-               for arg in map(str, step.args))
+               for arg in (str(arg).rpartition("=")[2] for arg in step.args))
 
 
 def content_hash(folder):

@@ -27,6 +27,7 @@ from tqdm.auto import tqdm
 from tools import corpus, encoders, runs
 
 WHOLE = "whole"
+WINDOWS = (64, 128, 256)
 
 
 @dataclass
@@ -34,7 +35,7 @@ class Config:
     model: Path  # a captionbert folder (remote code)
     out: Path  # run folder
     teacher: str = "teacher:all-mpnet-base-v2"  # the reference teacher (tools/encoders.py spec)
-    windows: list[int] = field(default_factory=lambda: [64, 128, 256])  # token windows scored beside the whole text
+    windows: list[int] = field(default_factory=lambda: list(WINDOWS))  # token windows scored beside the whole text
     data_dir: Path = field(default_factory=runs.default_data_dir)  # ../shared/data or BUNDLE_DATA_DIR
     batch_size: int = 16  # texts per forward pass
 
@@ -44,7 +45,7 @@ def parse_config(argv):
     parser.add_argument("--model", type=Path, required=True, help="captionbert folder")
     parser.add_argument("--out", type=Path, required=True, help="run folder")
     parser.add_argument("--teacher", default=Config.teacher, help="reference teacher spec")
-    parser.add_argument("--windows", type=int, nargs="+", default=Config().windows, help="token windows")
+    parser.add_argument("--windows", type=int, nargs="+", default=list(WINDOWS), help="token windows")
     parser.add_argument("--data-dir", type=Path, default=runs.default_data_dir())
     parser.add_argument("--batch-size", type=int, default=Config.batch_size)
     config = Config(**vars(parser.parse_args(argv)))

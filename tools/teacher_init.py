@@ -78,7 +78,8 @@ def check_shapes(student_config, teacher_config):
     teacher_head = teacher_config.hidden_size // teacher_config.num_attention_heads
     problems = []
     if student_config.num_hidden_layers != teacher_config.num_hidden_layers:
-        problems.append(f"{student_config.num_hidden_layers} layers vs the teacher's {teacher_config.num_hidden_layers}")
+        problems.append(f"{student_config.num_hidden_layers} layers vs the teacher's "
+                        f"{teacher_config.num_hidden_layers}")
     if student_head != teacher_head:
         problems.append(f"head width {student_head} vs the teacher's {teacher_head}")
     if student_config.hidden_size > teacher_config.hidden_size:
@@ -118,7 +119,8 @@ def measure_importance(teacher, batches):
     "heads": (L, H) mean norm of each head's write into the residual stream, "units": (L, It) mean |activation| of
     each FFN unit times the norm of its output column}."""
     modules = _layer_modules(teacher)
-    heads, head_width = teacher.config.num_attention_heads, teacher.config.hidden_size // teacher.config.num_attention_heads
+    heads = teacher.config.num_attention_heads
+    head_width = teacher.config.hidden_size // heads
     sums = {"heads": torch.zeros(len(modules), heads, dtype=torch.float64),
             "units": torch.zeros(len(modules), teacher.config.intermediate_size, dtype=torch.float64)}
     moments = torch.zeros(2, teacher.config.hidden_size, dtype=torch.float64)  # sum, sum of squares
