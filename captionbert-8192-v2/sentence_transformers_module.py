@@ -4,8 +4,9 @@
 It is the stock `Transformer` module, configured by sentence_bert_config.json to run the model's own `forward` and
 take its `pooler_output`: the masked mean pool -> head -> L2 normalisation that `model.encode` returns, so the pooling
 exists once, in modeling_captionbert.py, and no Pooling or Normalize module follows. Inputs are truncated at
-`max_seq_length` (the positions training reached) keeping [CLS] ... [SEP], as `encode` does. The one change: the stock module
-would report the token states' width (hidden_size, 512) as the embedding width; this one reports output_dim (768).
+`max_seq_length` (the positions training reached) keeping [CLS] ... [SEP], as `encode` does. The one change: the
+stock module would report the token states' width (hidden_size, 512) as the embedding width; this one reports
+output_dim (768).
 """
 
 from sentence_transformers.sentence_transformer.modules import Transformer

