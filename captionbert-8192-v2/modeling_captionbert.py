@@ -21,6 +21,7 @@ from transformers.modeling_outputs import BaseModelOutputWithPooling
 from transformers.utils import can_return_tuple
 
 from .configuration_captionbert import CaptionBertConfig
+from .shared_checks import check_batch_size, check_finite, check_texts, check_tokenizer
 from .shared_identity import embedding_space, trunk_hash
 from .shared_layers import Embeddings, Encoder
 from .shared_pooling import l2_normalize, masked_mean_pool
@@ -44,6 +45,13 @@ class CaptionBertPreTrainedModel(PreTrainedModel):
     base_model_prefix = "captionbert"
     main_input_name = "input_ids"
     _supports_sdpa = True  # the shared attention dispatch implements "sdpa" and "eager"
+
+    @classmethod
+    def from_pretrained(cls, *args, **kwargs):
+        """transformers' from_pretrained, refusing weights with NaN or infinite values."""
+        model = super().from_pretrained(*args, **kwargs)
+        check_finite(model.state_dict(), f"{model.name_or_path or 'the model'}'s weights")
+        return model
 
 
 class CaptionBertModel(CaptionBertPreTrainedModel):
@@ -80,7 +88,8 @@ class CaptionBertModel(CaptionBertPreTrainedModel):
             )
             input_ids, attention_mask = input_ids[:, :limit], attention_mask[:, :limit]
         hidden = self.embeddings(input_ids)  # (B, T, D)
-        hidden = self.encoder(hidden, attention_mask, self.config._attn_implementation)  # (B, T, D), 0 at padding
+        with self._amoe["switch"].pinned() if self._amoe else contextlib.nullcontext():  # one roster per forward
+            hidden = self.encoder(hidden, attention_mask, self.config._attn_implementation)  # (B, T, D), 0 at padding
         embedding = l2_normalize(self.head(masked_mean_pool(hidden, attention_mask)))  # (B, E)
         return BaseModelOutputWithPooling(last_hidden_state=hidden, pooler_output=embedding)
 
@@ -88,7 +97,8 @@ class CaptionBertModel(CaptionBertPreTrainedModel):
 
     @property
     def tokenizer(self):
-        """The WordPiece tokenizer shipped beside the weights, loaded on first use."""
+        """The WordPiece tokenizer shipped beside the weights, loaded on first use; its vocabulary must be the
+        model's (config.vocab_size)."""
         if self._tokenizer is None:
             if not self.name_or_path:
                 raise ValueError(
@@ -96,26 +106,26 @@ class CaptionBertModel(CaptionBertPreTrainedModel):
                     "set model.tokenizer = AutoTokenizer.from_pretrained(<captionbert folder>)"
                 )
             # trust_remote_code: AutoTokenizer reads config.json first, which names this remote code.
-            self._tokenizer = AutoTokenizer.from_pretrained(self.name_or_path, trust_remote_code=True)
+            self.tokenizer = AutoTokenizer.from_pretrained(self.name_or_path, trust_remote_code=True)
         return self._tokenizer
 
     @tokenizer.setter
     def tokenizer(self, tokenizer):
-        self._tokenizer = tokenizer
+        self._tokenizer = check_tokenizer(tokenizer, self.config.vocab_size, self.name_or_path)
 
     def encode(self, texts, batch_size=64, device=None, show_progress_bar=None, convert_to_numpy=True):
         """Embed a str -> (E,) or a list of str -> (N, E); rows are L2-normalised.
 
         Texts are sorted by length so each batch carries little padding, and returned in the input order.
         Inputs longer than `usable_length` tokens keep their first tokens and the closing [SEP] (one warning per call).
+        A text with no content (empty, blank, zero-width or control characters only) is a ValueError, and
+        non-finite embeddings a RuntimeError.
         device: where to run (the model is moved there); None keeps the model's device.
         show_progress_bar: None shows one when there is more than one batch and stderr is a terminal.
         convert_to_numpy: float32 numpy array if True, else a torch tensor on the model's device.
         """
-        single = isinstance(texts, str)
-        texts = [texts] if single else _check_texts(texts)
-        if batch_size < 1:
-            raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+        texts, single = check_texts(texts)
+        check_batch_size(batch_size)
         if device is not None:
             self.to(device)
 
@@ -127,7 +137,8 @@ class CaptionBertModel(CaptionBertPreTrainedModel):
         embeddings = torch.empty(len(texts), self.config.output_dim, device=self.device)
 
         was_training = self.training
-        self.eval()
+        if was_training:  # in eval mode (from_pretrained's) nothing is switched, so threads may share the model
+            self.eval()
         try:
             with torch.inference_mode():
                 for start in tqdm(starts, desc="encode", disable=not show_progress_bar):
@@ -136,8 +147,13 @@ class CaptionBertModel(CaptionBertPreTrainedModel):
                     output = self(batch["input_ids"].to(self.device), batch["attention_mask"].to(self.device))
                     embeddings[rows] = output.pooler_output.float()
         finally:
-            self.train(was_training)
-
+            if was_training:
+                self.train()
+        not_finite = (~torch.isfinite(embeddings).all(dim=1)).nonzero()
+        if len(not_finite):
+            raise RuntimeError(f"the embeddings of {len(not_finite)} texts are not finite (first: texts"
+                               f"[{int(not_finite[0])}]); the weights are, so the computation overflowed "
+                               f"(dtype {self.dtype})")
         if single:
             embeddings = embeddings[0]
         return embeddings.cpu().numpy() if convert_to_numpy else embeddings
@@ -171,7 +187,7 @@ class CaptionBertModel(CaptionBertPreTrainedModel):
         state = self._amoe
         if state is None:
             return embedding_space(trunk_hash(self))
-        enabled = {name: trunk_hash(state["arms"][name]) for name in state["enabled"]}  # none: the bare trunk's id
+        enabled = {name: trunk_hash(state["arms"][name]) for name in state["switch"].current()}  # none: bare trunk
         return embedding_space(state["trunk_hash"], {**enabled, "dispatch": trunk_hash(state["dispatch"])} if enabled
                                else None)
 
@@ -185,7 +201,7 @@ class CaptionBertModel(CaptionBertPreTrainedModel):
         roster and its order from the dispatch; a list must name the same arms in the same order. force: attach arms
         trained on another trunk. Checks the toggle law (every arm off == the bare trunk) and raises on mismatch.
         """
-        from .shared_amoe import load_arm, load_dispatch, unwrap_layers, wrap_layers
+        from .shared_amoe import ArmSwitch, load_arm, load_dispatch, unwrap_layers, wrap_layers
 
         if self._amoe is not None:
             raise RuntimeError("arms are attached already; detach_amoe() first")
@@ -200,13 +216,13 @@ class CaptionBertModel(CaptionBertPreTrainedModel):
         if names is not None and list(names) != dispatch.roster:
             raise ValueError(f"arms {list(names)} do not match the dispatch's roster {dispatch.roster}: routing keys "
                              "are positional, so the names and their order must be the roster's")
-        arms = {name: load_arm(folder / "arms" / f"{name}.safetensors", hidden, blocks, identity, force)[0]
+        arms = {name: load_arm(folder / "arms" / f"{name}.safetensors", hidden, blocks, identity, force, name)[0]
                 for name in dispatch.roster}
         for module in (*arms.values(), dispatch):  # files hold float32; run in the trunk's dtype and device
             module.to(device=self.device, dtype=self.dtype)
-        enabled = list(dispatch.roster)
-        wrap_layers(self.encoder.layers, arms, dispatch, enabled)
-        self._amoe = {"arms": arms, "dispatch": dispatch, "enabled": enabled, "fingerprint": fingerprint,
+        switch = ArmSwitch(dispatch.roster)
+        wrap_layers(self.encoder.layers, arms, dispatch, switch)
+        self._amoe = {"arms": arms, "dispatch": dispatch, "switch": switch, "fingerprint": fingerprint,
                       "trunk_hash": identity}
         with self.amoe_off():
             if not torch.equal(self._amoe_fingerprint(), fingerprint):
@@ -217,22 +233,15 @@ class CaptionBertModel(CaptionBertPreTrainedModel):
 
     @contextlib.contextmanager
     def amoe_off(self):
-        """Every arm off inside the block (the bare trunk, bit for bit); the previous state comes back after."""
-        enabled = self._amoe_state()["enabled"]
-        previous = list(enabled)
-        enabled.clear()
-        try:
+        """Every arm off inside the block (the bare trunk, bit for bit), for the calling thread only; other threads
+        keep the roster set_amoe chose."""
+        with self._amoe_state()["switch"].pinned(()):
             yield self
-        finally:
-            enabled[:] = previous
 
     def set_amoe(self, names):
-        """Enable exactly these arms of the roster ([] = none); the weights keep their roster-wide normaliser."""
-        state = self._amoe_state()
-        unknown = [name for name in names if name not in state["dispatch"].roster]
-        if unknown:
-            raise ValueError(f"unknown arms {unknown}; the roster is {state['dispatch'].roster}")
-        state["enabled"][:] = [name for name in state["dispatch"].roster if name in names]
+        """Enable exactly these arms of the roster (a list or any iterable of names; [] = none), for every thread;
+        a forward already running keeps the roster it started with. The weights keep their roster-wide normaliser."""
+        self._amoe_state()["switch"].set(names)
 
     def detach_amoe(self):
         """Remove the arms, put the original layer objects back, check the bare trunk; returns {"arms", "dispatch"}."""
@@ -285,16 +294,6 @@ class CaptionBertModel(CaptionBertPreTrainedModel):
                 return self(input_ids, attention_mask).pooler_output.float().cpu()
         finally:
             self.train(was_training)
-
-
-def _check_texts(texts):
-    """A list of str, or a TypeError that names the offending item."""
-    if texts is None or not isinstance(texts, (list, tuple)):
-        raise TypeError(f"texts must be a str or a list of str, got {type(texts).__name__}")
-    for i, text in enumerate(texts):
-        if not isinstance(text, str):
-            raise TypeError(f"texts[{i}] must be a str, got {type(text).__name__}: {text!r:.60}")
-    return list(texts)
 
 
 __all__ = ["CaptionBertModel", "CaptionBertPreTrainedModel"]

@@ -8,11 +8,16 @@ The maths is the contract in ../shared/specs/amoe.md. An arm has one `ArmSite` a
 
 to the layer's output x (`add_arms` computes every enabled arm of a block at once). With no arm enabled the layer
 returns its base layer's output object untouched, which is the toggle law: the trunk's outputs stay bit-identical.
+Which arms are enabled is an `ArmSwitch`, shared by the wrapped layers of one model and read once per forward pass.
 Legend: N tokens (packed), D hidden, S slots (64), G slot groups (16) of width 4, K codebook atoms (64), H head
 width (178), A arms in the roster, A' of them enabled.
 """
 
+import contextlib
+import contextvars
+import hashlib
 import json
+import re
 from pathlib import Path
 from typing import NamedTuple
 
@@ -22,6 +27,7 @@ from safetensors import safe_open
 from safetensors.torch import save_file
 from torch import nn
 
+from .shared_checks import check_finite
 from .shared_identity import content_hash
 
 SLOTS, GROUP_WIDTH, ATOMS, HEAD_WIDTH = 64, 4, 64, 178
@@ -177,6 +183,9 @@ class BlockDispatch(nn.Module):
         return sinh_cosh_mix(F.normalize(keys, dim=-1)[:, None], routing_mix)[:, 0]
 
 
+ARM_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]*")  # an arm's name is its file's stem under amoe/arms/
+
+
 class Dispatch(nn.Module):
     """The routing of one collective: a BlockDispatch per block; row k of every block belongs to roster[k]."""
 
@@ -184,42 +193,85 @@ class Dispatch(nn.Module):
         super().__init__()
         if len(set(roster)) != len(roster) or not roster:
             raise ValueError(f"a roster lists distinct arm names, at least one: {roster}")
+        bad = [name for name in roster if not isinstance(name, str) or not ARM_NAME.fullmatch(name)]
+        if bad:
+            raise ValueError(f"arm names are plain file stems (letters, digits, '_', '-'): {bad} in roster {roster}")
         self.roster = list(roster)
         self.blocks = nn.ModuleList(BlockDispatch(hidden_size, len(roster), seed + i, tau) for i in range(num_blocks))
 
 
-class AmoeLayer(nn.Module):
-    """A trunk layer wrapped with the arms' sites at its index. `enabled` (a list shared by every wrapped layer of
-    one model) names the arms that contribute; with none enabled the base layer's output is returned as is."""
+class ArmSwitch:
+    """Which arms of a roster contribute, shared by the wrapped layers of one model.
 
-    def __init__(self, base_layer, index, arms, dispatch, enabled):
+    `enabled` is a tuple that `set` replaces whole, never edits, and a forward pass reads it once (`pinned`): every
+    wrapped layer of that pass sees the same roster, whatever another thread sets meanwhile. `pinned(())` turns
+    every arm off for the calling thread's context alone (amoe_off). `set` changes the model for every thread."""
+
+    _pins = contextvars.ContextVar("amoe_pins", default={})  # {id(switch): roster} pinned in this context
+
+    def __init__(self, roster):
+        self.roster = tuple(roster)
+        self.enabled = self.roster
+
+    def set(self, names):
+        """Enable exactly these arms (any iterable of roster names, kept in roster order; empty = none)."""
+        if isinstance(names, str):
+            raise TypeError(f"names must be a list of arm names, not the str {names!r}")
+        names = list(names)
+        unknown = [name for name in names if name not in self.roster]
+        if unknown:
+            raise ValueError(f"unknown arms {unknown}; the roster is {list(self.roster)}")
+        self.enabled = tuple(name for name in self.roster if name in names)
+
+    def current(self):
+        """The arms a forward pass in this context uses: the pinned roster inside `pinned`, else `enabled`."""
+        return self._pins.get().get(id(self), self.enabled)
+
+    @contextlib.contextmanager
+    def pinned(self, enabled=None):
+        """Within the block this context reads `enabled` (None: the current roster, read now) for this switch."""
+        roster = self.current() if enabled is None else tuple(enabled)
+        token = self._pins.set({**self._pins.get(), id(self): roster})
+        try:
+            yield
+        finally:
+            self._pins.reset(token)
+
+
+class AmoeLayer(nn.Module):
+    """A trunk layer wrapped with the arms' sites at its index. `switch` (an ArmSwitch shared by every wrapped layer
+    of one model) names the arms that contribute; with none enabled the base layer's output is returned as is."""
+
+    def __init__(self, base_layer, index, arms, dispatch, switch):
         super().__init__()
         self.base_layer = base_layer
         self.index = index
         self.sites = nn.ModuleDict({name: arms[name].blocks[index] for name in dispatch.roster})
         self.dispatch = dispatch.blocks[index]
         self.roster = dispatch.roster
-        self.enabled = enabled
+        self.switch = switch
         self.kept = None  # (the sources' states, the derived weights) from the last call without autograd
 
     def forward(self, hidden, *args, **kwargs):
         output = self.base_layer(hidden, *args, **kwargs)  # (N, D) packed tokens
-        if not self.enabled:
+        enabled = self.switch.current()
+        if not enabled:
             return output
-        columns, projection, routing_mix, arms = self.derived_weights()
+        columns, projection, routing_mix, arms = self.derived_weights(enabled)
         projected = output @ projection  # (N, 64 + A' S): dispatch keys and every enabled arm's slots
         weights = self.dispatch(projected[:, :KEY_WIDTH], routing_mix)[:, columns]  # (N, A') w_k / z, z over roster
         return add_arms(output, projected[:, KEY_WIDTH:], weights, arms)
 
-    def derived_weights(self):
-        """(enabled roster columns, [K; the enabled sites' slot_weight]^T, the dispatch's routing_mix, their
+    def derived_weights(self, enabled):
+        """(the `enabled` arms' roster columns, [K; their sites' slot_weight]^T, the dispatch's routing_mix, their
         ArmWeights): everything the forward pass derives from parameters alone.
 
         With autograd on (training) they are derived afresh on every call. Without it (inference) they are kept
         and reused while the enabled arms and every source tensor stay the same: the same tensor objects, holding
         the same storage, with unchanged in-place version counters (an optimizer step, load_state_dict, copy_ or
-        .to() all change one of these), and the same taus."""
-        columns = [k for k, name in enumerate(self.roster) if name in self.enabled]
+        .to() all change one of these), and the same taus. The kept entry is read once and replaced whole, so
+        threads running other rosters at once each get their own roster's weights (at worst derived twice)."""
+        columns = [k for k, name in enumerate(self.roster) if name in enabled]
         sites = [self.sites[self.roster[k]] for k in columns]
         sources = [self.dispatch.key_projection, self.dispatch.routing_keys,
                    *(tensor for site in sites for tensor in site.parameters())]
@@ -227,10 +279,11 @@ class AmoeLayer(nn.Module):
             self.kept = None  # inference tensors keep no version counter, so nothing derived from them is kept
             return self._derive(columns, sites)
         taus = (columns, self.dispatch.tau, [site.tau for site in sites])
-        if self.kept is None or not self._same_sources(self.kept[0], taus, sources):
+        kept = self.kept
+        if kept is None or not self._same_sources(kept[0], taus, sources):
             pinned = [(tensor, tensor.detach(), tensor._version) for tensor in sources]  # detach(): pins the storage
-            self.kept = (taus, pinned), self._derive(columns, sites)
-        return self.kept[1]
+            kept = self.kept = (taus, pinned), self._derive(columns, sites)
+        return kept[1]
 
     @staticmethod
     def _same_sources(kept, taus, sources):
@@ -245,15 +298,16 @@ class AmoeLayer(nn.Module):
         return columns, projection, self.dispatch.routing_mix(), arms
 
 
-def wrap_layers(layers, arms, dispatch, enabled):
-    """Replace each entry of the ModuleList `layers` by an AmoeLayer around it, in place."""
+def wrap_layers(layers, arms, dispatch, switch):
+    """Replace each entry of the ModuleList `layers` by an AmoeLayer around it, in place; `switch` (an ArmSwitch of
+    the dispatch's roster) says which arms contribute."""
     missing = [name for name in dispatch.roster if name not in arms]
     if missing:
         raise KeyError(f"no arm loaded for roster entries {missing}")
     for index in range(len(layers)):
         if isinstance(layers[index], AmoeLayer):
             raise ValueError("these layers already carry arms; detach first")
-        layers[index] = AmoeLayer(layers[index], index, arms, dispatch, enabled)
+        layers[index] = AmoeLayer(layers[index], index, arms, dispatch, switch)
 
 
 def unwrap_layers(layers):
@@ -265,11 +319,21 @@ def unwrap_layers(layers):
 
 # ---- files: safetensors only, header metadata checked on load -------------------------------------------------------
 
-ARM_FORMAT, DISPATCH_FORMAT, FORMAT_VERSION = "amoe-arm", "amoe-dispatch", "1"
+ARM_FORMAT, DISPATCH_FORMAT, FORMAT_VERSION = "amoe-arm", "amoe-dispatch", "2"
+HASHED_FIELDS = {ARM_FORMAT: ("format", "version", "name", "trunk_hash"),  # what changes behaviour: the content
+                 DISPATCH_FORMAT: ("format", "version", "roster", "tau", "trunk_hash")}  # hash covers these too
+
+
+def file_hash(tensors, metadata):
+    """sha256 over an AMOE file's tensors (identity.content_hash) and the header fields that change behaviour, so
+    a renamed arm or a rewritten roster or tau reads as a changed file."""
+    header = {field: metadata[field] for field in HASHED_FIELDS[metadata["format"]]}
+    return hashlib.sha256(f"{content_hash(tensors)}|{json.dumps(header, sort_keys=True)}".encode()).hexdigest()
 
 
 def _read(path, expected_format):
-    """(tensors, metadata) of an AMOE file, after checking its format and content hash; clear errors otherwise."""
+    """(tensors, metadata) of an AMOE file, after checking its format, version, content hash and that every weight
+    is finite; clear errors otherwise."""
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"AMOE file {path} not found")
@@ -281,8 +345,14 @@ def _read(path, expected_format):
         raise ValueError(f"{path} is not a readable safetensors file (truncated or corrupted?): {error}") from error
     if metadata.get("format") != expected_format:
         raise ValueError(f"{path} is not an {expected_format} file (format {metadata.get('format')!r})")
-    if metadata.get("content_hash") != content_hash(tensors):
-        raise ValueError(f"{path}: content hash mismatch, the tensors were changed or corrupted")
+    if metadata.get("version") != FORMAT_VERSION:
+        raise ValueError(f"{path} has {expected_format} format version {metadata.get('version')!r}; this code reads "
+                         f"version {FORMAT_VERSION} (retrain or re-save it with tools/train_amoe.py)")
+    if any(field not in metadata for field in HASHED_FIELDS[expected_format]) \
+            or metadata.get("content_hash") != file_hash(tensors, metadata):
+        raise ValueError(f"{path}: content hash mismatch, the tensors or header (name, roster, tau, trunk) were "
+                         "changed or corrupted")
+    check_finite(tensors, path)
     return tensors, metadata
 
 
@@ -294,17 +364,23 @@ def _check_trunk(path, metadata, trunk_hash, force):
 
 def save_arm(path, arm, name, trunk_hash, meta):
     """amoe/arms/<name>.safetensors: tensors blocks.{i}.{param}; metadata format, version, name, trunk_hash,
-    meta (JSON), content_hash."""
+    meta (JSON), content_hash (file_hash)."""
+    if not ARM_NAME.fullmatch(name):
+        raise ValueError(f"arm names are plain file stems (letters, digits, '_', '-'), got {name!r}")
     tensors = {key: value.detach().contiguous() for key, value in arm.state_dict().items()}
+    check_finite(tensors, f"arm {name!r}")
     metadata = {"format": ARM_FORMAT, "version": FORMAT_VERSION, "name": name, "trunk_hash": trunk_hash,
-                "meta": json.dumps(meta, sort_keys=True), "content_hash": content_hash(tensors)}
+                "meta": json.dumps(meta, sort_keys=True)}
     Path(path).parent.mkdir(parents=True, exist_ok=True)
-    save_file(tensors, str(path), metadata=metadata)
+    save_file(tensors, str(path), metadata={**metadata, "content_hash": file_hash(tensors, metadata)})
 
 
-def load_arm(path, hidden_size, num_blocks, trunk_hash=None, force=False):
-    """(Arm, metadata) from a file written by save_arm; refuses another trunk's arm unless force."""
+def load_arm(path, hidden_size, num_blocks, trunk_hash=None, force=False, name=None):
+    """(Arm, metadata) from a file written by save_arm; refuses another trunk's arm unless force, and an arm whose
+    header names another arm than `name` (when given)."""
     tensors, metadata = _read(path, ARM_FORMAT)
+    if name is not None and metadata["name"] != name:
+        raise ValueError(f"{path} holds arm {metadata['name']!r}, not {name!r}: arm files were swapped or renamed")
     _check_trunk(path, metadata, trunk_hash, force)
     arm = Arm(hidden_size, num_blocks)
     arm.load_state_dict(tensors)
@@ -314,10 +390,11 @@ def load_arm(path, hidden_size, num_blocks, trunk_hash=None, force=False):
 def save_dispatch(path, dispatch, trunk_hash):
     """amoe/<collective>/dispatch.safetensors: key projections and routing keys; the roster ORDER in metadata."""
     tensors = {key: value.detach().contiguous() for key, value in dispatch.state_dict().items()}
+    check_finite(tensors, "dispatch")
     metadata = {"format": DISPATCH_FORMAT, "version": FORMAT_VERSION, "roster": json.dumps(dispatch.roster),
-                "tau": repr(dispatch.blocks[0].tau), "trunk_hash": trunk_hash, "content_hash": content_hash(tensors)}
+                "tau": repr(dispatch.blocks[0].tau), "trunk_hash": trunk_hash}
     Path(path).parent.mkdir(parents=True, exist_ok=True)
-    save_file(tensors, str(path), metadata=metadata)
+    save_file(tensors, str(path), metadata={**metadata, "content_hash": file_hash(tensors, metadata)})
 
 
 def load_dispatch(path, hidden_size, num_blocks, trunk_hash=None, force=False):

@@ -25,6 +25,7 @@ from transformers import AutoModel, AutoTokenizer, PreTrainedModel
 from transformers.modeling_outputs import BaseModelOutputWithPooling
 
 from .configuration_geolip import GeolipConfig
+from .shared_checks import check_batch_size, check_finite, check_texts, check_tokenizer
 from .shared_identity import embedding_space, trunk_hash
 from .shared_pooling import l2_normalize, masked_mean_pool
 from .shared_segments import covered_tokens, segment_batch
@@ -112,6 +113,13 @@ class GeolipPreTrainedModel(PreTrainedModel):
     base_model_prefix = "geolip"
     main_input_name = "texts"
 
+    @classmethod
+    def from_pretrained(cls, *args, **kwargs):
+        """transformers' from_pretrained, refusing weights with NaN or infinite values."""
+        model = super().from_pretrained(*args, **kwargs)
+        check_finite(model.state_dict(), f"{model.name_or_path or 'the model'}'s weights")
+        return model
+
 
 class GeolipModel(GeolipPreTrainedModel):
     """The frozen base plus the geometric memory. `forward(texts)` and `encode(texts)` take strings."""
@@ -143,8 +151,11 @@ class GeolipModel(GeolipPreTrainedModel):
     # ---- the forward pass -------------------------------------------------------------------------------------
 
     def forward(self, texts):
-        """texts: a list of B non-empty strings -> GeolipOutput (last_hidden_state (B, 1, D), pooler_output (B, D)
-        L2-normalised, segment_anchors (S, D))."""
+        """texts: a list of B >= 1 non-empty strings -> GeolipOutput (last_hidden_state (B, 1, D), pooler_output
+        (B, D) L2-normalised, segment_anchors (S, D))."""
+        texts, _ = check_texts(texts)
+        if not texts:
+            raise ValueError("forward needs at least one text (encode([]) returns an empty array)")
         return self.embed_segments(*self.segments(self.content_ids(texts)))
 
     def segments(self, content_ids):
@@ -193,17 +204,17 @@ class GeolipModel(GeolipPreTrainedModel):
 
     @property
     def tokenizer(self):
-        """The base's tokenizer shipped beside the weights, loaded on first use."""
+        """The base's tokenizer shipped beside the weights, loaded on first use; its vocabulary must be the base's."""
         if self._tokenizer is None:
             if not self.name_or_path:
                 raise ValueError("this model was not loaded from a folder or repo, so it has no tokenizer; "
                                  "set model.tokenizer = AutoTokenizer.from_pretrained(<its folder>)")
-            self._tokenizer = AutoTokenizer.from_pretrained(self.name_or_path, trust_remote_code=True)
+            self.tokenizer = AutoTokenizer.from_pretrained(self.name_or_path, trust_remote_code=True)
         return self._tokenizer
 
     @tokenizer.setter
     def tokenizer(self, tokenizer):
-        self._tokenizer = tokenizer
+        self._tokenizer = check_tokenizer(tokenizer, self.config.base.vocab_size, self.name_or_path)
 
     def _special_ids(self):
         """(opening, closing, padding) token ids: what the tokenizer puts around an empty text, and its pad."""
@@ -213,10 +224,8 @@ class GeolipModel(GeolipPreTrainedModel):
 
     def content_ids(self, texts):
         """Token ids of each text without special tokens; texts longer than the segments cover keep their first
-        covered_tokens (452 by default; one warning per call). Empty texts are an error."""
-        if isinstance(texts, str) or not all(isinstance(text, str) for text in texts):
-            raise TypeError("texts must be a list of strings")
-        ids = self.tokenizer(list(texts), add_special_tokens=False, verbose=False)["input_ids"] if texts else []
+        covered_tokens (452 by default; one warning per call). A text with no tokens is a ValueError."""
+        ids = self.tokenizer(texts, add_special_tokens=False, verbose=False)["input_ids"] if texts else []
         empty = [i for i, row in enumerate(ids) if not row]
         if empty:
             raise ValueError(f"texts[{empty[0]}] has no tokens; every text needs at least one")
@@ -229,11 +238,11 @@ class GeolipModel(GeolipPreTrainedModel):
 
     def encode(self, texts, batch_size=32, show_progress_bar=None, convert_to_numpy=True):
         """Embed a str -> (D,) or a list of str -> (N, D), L2-normalised; an empty list gives (0, D).
-        Texts run longest first (less segment padding per batch) and come back in the input order."""
-        single = isinstance(texts, str)
-        texts = [texts] if single else list(texts)
-        if batch_size < 1:
-            raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+        Texts run longest first (less segment padding per batch) and come back in the input order. A text with no
+        content (empty, blank, zero-width or control characters only) is a ValueError, and non-finite embeddings a
+        RuntimeError."""
+        texts, single = check_texts(texts)
+        check_batch_size(batch_size)
         content_ids = self.content_ids(texts)
         order = sorted(range(len(texts)), key=lambda i: -len(content_ids[i]))
         starts = range(0, len(order), batch_size)
@@ -241,7 +250,8 @@ class GeolipModel(GeolipPreTrainedModel):
             show_progress_bar = len(starts) > 1 and sys.stderr.isatty()
         embeddings = torch.empty(len(texts), self.config.base.hidden_size, device=self.device)
         was_training = self.training
-        self.eval()
+        if was_training:  # in eval mode (from_pretrained's) nothing is switched, so threads may share the model
+            self.eval()
         try:
             with torch.inference_mode():
                 for start in tqdm(starts, desc="encode", disable=not show_progress_bar):
@@ -249,7 +259,13 @@ class GeolipModel(GeolipPreTrainedModel):
                     output = self.embed_segments(*self.segments([content_ids[i] for i in rows]))
                     embeddings[rows] = output.pooler_output.float()
         finally:
-            self.train(was_training)
+            if was_training:
+                self.train()
+        not_finite = (~torch.isfinite(embeddings).all(dim=1)).nonzero()
+        if len(not_finite):
+            raise RuntimeError(f"the embeddings of {len(not_finite)} texts are not finite (first: texts"
+                               f"[{int(not_finite[0])}]); the weights are, so the computation overflowed "
+                               f"(dtype {self.dtype})")
         if single:
             embeddings = embeddings[0]
         return embeddings.cpu().numpy() if convert_to_numpy else embeddings

@@ -7,8 +7,12 @@ import math
 import pytest
 import torch
 
-from shared_modeling.amoe import (Arm, ArmSite, Dispatch, add_arms, arm_weights, load_arm, load_dispatch, mix_matrices,
-                                  save_arm, save_dispatch, sinh_cosh_mix, unwrap_layers, wrap_layers)
+from safetensors import safe_open
+from safetensors.torch import save_file
+
+from shared_modeling.amoe import (ARM_FORMAT, FORMAT_VERSION, Arm, ArmSite, ArmSwitch, Dispatch, add_arms, arm_weights,
+                                  file_hash, load_arm, load_dispatch, mix_matrices, save_arm, save_dispatch,
+                                  sinh_cosh_mix, unwrap_layers, wrap_layers)
 from conftest import trained_like
 from shared_modeling.identity import content_hash, trunk_hash
 from shared_modeling.layers import Encoder
@@ -133,27 +137,27 @@ def test_toggle_law_on_a_wrapped_encoder():
     bare = encode(encoder, hidden, mask)
     originals = list(encoder.layers)
     arms = {"a": trained_like(Arm(64, 2)), "b": trained_like(Arm(64, 2))}
-    enabled = ["a", "b"]
-    wrap_layers(encoder.layers, arms, Dispatch(["a", "b"], 64, 2), enabled)
+    switch = ArmSwitch(["a", "b"])
+    wrap_layers(encoder.layers, arms, Dispatch(["a", "b"], 64, 2), switch)
     assert not torch.equal(encode(encoder, hidden, mask), bare)  # trained arms change the output
-    enabled.clear()
+    switch.set([])
     assert torch.equal(encode(encoder, hidden, mask), bare)  # every arm off == bare, bit for bit
-    enabled.append("b")
+    switch.set(["b"])
     only_b = encode(encoder, hidden, mask)
     assert not torch.equal(only_b, bare)
-    enabled.clear()
+    switch.set([])
     unwrap_layers(encoder.layers)
     assert all(now is before for now, before in zip(encoder.layers, originals))  # the very same objects back
     assert torch.equal(encode(encoder, hidden, mask), bare)
     with pytest.raises(KeyError, match="no arm loaded"):
-        wrap_layers(encoder.layers, {"a": arms["a"]}, Dispatch(["a", "b"], 64, 2), enabled)
+        wrap_layers(encoder.layers, {"a": arms["a"]}, Dispatch(["a", "b"], 64, 2), switch)
 
 
 def test_a_fresh_arm_is_exactly_inert():
     encoder = tiny_encoder()
     hidden, mask = torch.randn(2, 5, 64), torch.ones(2, 5, dtype=torch.long)
     bare = encode(encoder, hidden, mask)
-    wrap_layers(encoder.layers, {"fresh": Arm(64, 2)}, Dispatch(["fresh"], 64, 2), ["fresh"])
+    wrap_layers(encoder.layers, {"fresh": Arm(64, 2)}, Dispatch(["fresh"], 64, 2), ArmSwitch(["fresh"]))
     assert torch.equal(encode(encoder, hidden, mask), bare)
     assert math.isclose(torch.sigmoid(torch.tensor(-3.0)).item(), torch.sigmoid(Arm(64, 1).blocks[0].gate).item())
 
@@ -165,8 +169,8 @@ def test_weights_kept_between_calls_follow_every_change_of_the_arms():
     encoder = tiny_encoder()
     hidden, mask = torch.randn(2, 6, 64), torch.ones(2, 6, dtype=torch.long)
     arms = {"a": trained_like(Arm(64, 2)), "b": trained_like(Arm(64, 2))}
-    enabled = ["a", "b"]
-    wrap_layers(encoder.layers, arms, Dispatch(["a", "b"], 64, 2), enabled)
+    switch = ArmSwitch(["a", "b"])
+    wrap_layers(encoder.layers, arms, Dispatch(["a", "b"], 64, 2), switch)
 
     def kept_and_fresh():
         kept = encode(encoder, hidden, mask)
@@ -190,7 +194,7 @@ def test_weights_kept_between_calls_follow_every_change_of_the_arms():
     check(lambda: setattr(site.head_in.weight, "data", site.head_in.weight.data * 2))  # new storage, same object
     check(lambda: setattr(site, "codebook", torch.nn.Parameter(torch.randn(64, 4))))  # a new parameter object
     check(lambda: setattr(site, "tau", 0.05))
-    check(lambda: enabled.remove("a"))
+    check(lambda: switch.set(["b"]))
 
 # ---- files -------------------------------------------------------------------------------------------------------
 
@@ -235,6 +239,55 @@ def test_arm_files_refuse_other_trunks_corruption_truncation_and_wrong_kinds(tmp
     with pytest.raises(FileNotFoundError):
         load_arm(tmp_path / "missing.safetensors", 64, 1)
 
+
+
+def rewrite_header(path, **changes):
+    """Rewrite fields of a safetensors file's header, keeping its tensors and its recorded content_hash."""
+    with safe_open(str(path), framework="pt") as handle:
+        metadata, tensors = handle.metadata(), {name: handle.get_tensor(name) for name in handle.keys()}
+    save_file(tensors, str(path), metadata={**metadata, **changes})
+
+
+@pytest.mark.parametrize("file, changes", [
+    ("arms/equiv.safetensors", {"name": "paraphrase"}),
+    ("arms/equiv.safetensors", {"trunk_hash": "another"}),
+    ("collective/dispatch.safetensors", {"roster": json.dumps(["equiv", "paraphrase"])}),
+    ("collective/dispatch.safetensors", {"tau": "0.05"}),
+])
+def test_the_content_hash_covers_the_header_fields_that_change_behaviour(model_with_arms, file, changes):
+    folder, model = model_with_arms
+    rewrite_header(folder / "amoe" / file, **changes)
+    with pytest.raises(ValueError, match="content hash mismatch"):
+        model.attach_amoe(force=True)
+
+
+def test_swapped_arm_files_and_rosters_leaving_the_arms_folder_are_refused(model_with_arms, tmp_path):
+    folder, model = model_with_arms
+    arms = folder / "amoe" / "arms"
+    (arms / "equiv.safetensors").rename(tmp_path / "equiv.safetensors")
+    (arms / "paraphrase.safetensors").rename(arms / "equiv.safetensors")
+    (tmp_path / "equiv.safetensors").rename(arms / "paraphrase.safetensors")
+    with pytest.raises(ValueError, match="holds arm 'equiv', not 'paraphrase'"):
+        model.attach_amoe()
+    for name in ("../../outside", "sub/arm", ".hidden", ""):
+        with pytest.raises(ValueError, match="plain file stems"):
+            Dispatch([name], 64, 2)
+    with pytest.raises(ValueError, match="plain file stems"):
+        save_arm(tmp_path / "x.safetensors", Arm(64, 2), "../x", "trunk-1", {})
+
+
+def test_non_finite_weights_are_refused_when_arms_are_saved_or_loaded(tmp_path):
+    arm = trained_like(Arm(64, 1))
+    with torch.no_grad():
+        arm.blocks[0].head_out.weight[0, 0] = float("nan")
+    with pytest.raises(ValueError, match="non-finite"):
+        save_arm(tmp_path / "nan.safetensors", arm, "nan", "trunk-1", {})
+    tensors = {key: value.contiguous() for key, value in arm.state_dict().items()}  # written past save_arm's check,
+    metadata = {"format": ARM_FORMAT, "version": FORMAT_VERSION, "name": "nan", "trunk_hash": "trunk-1"}  # hash valid
+    save_file(tensors, str(tmp_path / "nan.safetensors"), metadata={**metadata, "meta": "{}",
+                                                                     "content_hash": file_hash(tensors, metadata)})
+    with pytest.raises(ValueError, match="non-finite.*blocks.0.head_out.weight"):
+        load_arm(tmp_path / "nan.safetensors", 64, 1)
 
 # ---- the model API on a tiny captionbert ---------------------------------------------------------------------------
 
@@ -349,4 +402,69 @@ def test_arms_run_in_the_trunks_dtype(model_with_arms):
     assert not torch.equal(embed(model), bare)
     with model.amoe_off():
         assert torch.equal(embed(model), bare)
+    model.detach_amoe()
+
+
+def test_set_amoe_takes_any_iterable_of_names_and_refuses_a_str(model_with_arms):
+    _, model = model_with_arms
+    model.attach_amoe()
+    only_equiv = model.embedding_space.split("+")[0] + "+amoe(equiv):"
+    model.set_amoe(name for name in ["equiv"])  # a generator: read once, not emptied by the name check
+    assert model.embedding_space.startswith(only_equiv)
+    model.set_amoe({"equiv"})
+    assert model.embedding_space.startswith(only_equiv)
+    with pytest.raises(TypeError, match="not the str"):
+        model.set_amoe("equiv")
+    model.detach_amoe()
+
+
+def test_one_forward_pass_sees_one_roster_whatever_changes_meanwhile(model_with_arms):
+    """A set_amoe during a forward (here from a hook after the first block, while another thread runs a whole
+    forward with the new roster) reaches the next forward, not the running one."""
+    import threading
+
+    _, model = model_with_arms
+    model.attach_amoe()
+    on = embed(model)
+    model.set_amoe(["equiv"])
+    only_equiv = embed(model)
+    model.set_amoe(["paraphrase", "equiv"])
+    seen = {}
+
+    def toggle_mid_forward(module, args, output):
+        handle.remove()
+        model.set_amoe(["equiv"])
+        other = threading.Thread(target=lambda: seen.update(other=embed(model)))
+        other.start()
+        other.join()
+
+    handle = model.encoder.layers[0].register_forward_hook(toggle_mid_forward)
+    assert torch.equal(embed(model), on)  # the roster the pass started with, in every block
+    assert torch.equal(seen["other"], only_equiv)
+    assert torch.equal(embed(model), only_equiv)  # the next pass sees the change
+    model.detach_amoe()
+
+
+def test_amoe_off_holds_for_the_calling_thread_only(model_with_arms):
+    import threading
+
+    _, model = model_with_arms
+    bare = embed(model)
+    model.attach_amoe()
+    on = embed(model)
+    entered, done, seen = threading.Event(), threading.Event(), {}
+
+    def off_in_another_thread():
+        with model.amoe_off():
+            entered.set()
+            done.wait(60)
+            seen["inside"] = embed(model)
+
+    other = threading.Thread(target=off_in_another_thread)
+    other.start()
+    assert entered.wait(60)
+    assert torch.equal(embed(model), on)  # this thread keeps its arms while the other has them off
+    done.set()
+    other.join()
+    assert torch.equal(seen["inside"], bare)
     model.detach_amoe()

@@ -19,7 +19,7 @@ from conftest import CAPTIONBERT, TINY_CAPTIONBERT, build_from_folder, captionbe
 TEXTS = ["A dog runs across the grass.", "two men play chess in a park", "a",
          "A very long caption about a crowded street market at dusk, with stalls selling fruit, lanterns hanging "
          "overhead, and people in coats haggling over prices while a musician plays an accordion.",
-         "Ein Hund läuft.", "", "   "]
+         "Ein Hund läuft."]
 
 
 def test_full_size_parameter_count():

@@ -18,7 +18,7 @@ POSITIONS = 32  # the tiny folder's learned positions, so that truncation is che
 LONG = ("A crowded street market at dusk, with stalls selling oranges, figs and bread, paper lanterns hanging "
         "overhead, people in heavy coats haggling over prices, a musician playing an accordion beside a fountain, "
         "children chasing pigeons across the wet cobblestones, and a tram passing slowly behind the crowd.")
-TEXTS = ["A dog runs across the grass.", "two men play chess in a park", "a", "", LONG, "Ein Hund läuft."]
+TEXTS = ["A dog runs across the grass.", "two men play chess in a park", "a", LONG, "Ein Hund läuft."]
 
 
 def sentence_transformer(folder):

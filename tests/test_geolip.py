@@ -122,9 +122,9 @@ def test_memory_changes_long_texts_and_the_base_stays_frozen(tiny):
 
 def test_bad_inputs_and_over_long_texts(tiny):
     _, model = tiny
-    with pytest.raises(ValueError, match=r"texts\[1\] has no tokens"):
+    with pytest.raises(ValueError, match=r"texts\[1\] has no content"):
         model.encode(["a dog", ""])
-    with pytest.raises(TypeError, match="list of strings"):
+    with pytest.raises(TypeError, match=r"texts\[1\] must be a str"):
         model.encode(["a dog", 3])
     with pytest.raises(ValueError, match="batch_size"):
         model.encode(["a dog"], batch_size=0)

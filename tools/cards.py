@@ -57,6 +57,21 @@ def embedding_space_paragraph(space, accessor):
             "of the same code give unrelated spaces.")
 
 
+def inputs_and_threads_paragraph(extra_state=""):
+    """The card's note on what `encode` refuses and what may run in parallel (shared_modeling/checks.py, the same for
+    every model with remote code); extra_state names further calls that change the model for every thread."""
+    return ("**Refused, never embedded silently.** `encode` takes a str or a list (or tuple) of str: `None`, a dict, a "
+            "generator, an array or a non-string item raises `TypeError` naming it, and so does a `batch_size` "
+            "that is not an int. A text with no content (empty, blank, zero-width or control characters only) or "
+            "with a lone surrogate raises `ValueError` naming it. Loading refuses weights with NaN or infinite "
+            "values, and the first `encode` a tokenizer whose vocabulary is not the model's (a folder missing "
+            "tokenizer.json); an embedding that comes out non-finite raises `RuntimeError`.\n\n"
+            "**Threads.** `encode` and `forward` may run from several threads at once on one model in eval mode "
+            "(the mode `from_pretrained` leaves it in): they change nothing in it (in train mode `encode` switches "
+            "it to eval for the call, so do not encode while another thread trains). Loading, `.to()`, training"
+            f"{extra_state} change the model for every thread: do them before serving, or from one thread.")
+
+
 def export_tool(export_folder):
     """The export module that wrote this run folder (its run.json names the tool)."""
     tool = runs.read_json(Path(export_folder) / "run.json")["tool"]

@@ -263,8 +263,11 @@ similarity = embeddings[0] @ embeddings[1]
 `encode(texts, batch_size=64, device=None, show_progress_bar=None, convert_to_numpy=True)` takes a str (returns
 `(768,)`) or a list of str (returns `(N, 768)`). It sorts texts by length for speed and returns them in the input
 order; inputs longer than {trained_length:,} tokens (`config.trained_length`, the positions training reached) are
-truncated with one warning per call, and `forward` cuts longer inputs there too; `[]` gives a `(0, 768)` array;
-`None` or a non-string item raises `TypeError` naming the item.
+truncated with one warning per call, and `forward` cuts longer inputs there too; `[]` gives a `(0, 768)` array.
+
+{cards.inputs_and_threads_paragraph(", `attach_amoe()`, `set_amoe()` and `detach_amoe()`")} A forward pass reads
+the enabled arms once, so a `set_amoe()` from another thread applies from the next pass; `amoe_off()` holds for the
+calling thread only.
 
 `model(input_ids, attention_mask)` returns a `BaseModelOutputWithPooling`: `pooler_output` is the normalised
 sentence embedding `(B, 768)`, `last_hidden_state` the token states `(B, T, 512)`. The tokenizer ships in this repo
@@ -282,8 +285,8 @@ embeddings = model.encode(["a dog runs on the beach", "a puppy plays in the sand
 
 Its pipeline (`modules.json`) is one module, `sentence_transformers_module.py`: the stock `Transformer` running this
 model's `forward` and returning its `pooler_output`, so the pooling is written once, in `modeling_captionbert.py`.
-It truncates at {trained_length:,} tokens as `encode` does, but without a warning, and it loads the bare trunk, as
-`AutoModel` does.
+It truncates at {trained_length:,} tokens as `encode` does, but without a warning, refuses a text with no content as
+`encode` does, and loads the bare trunk, as `AutoModel` does.
 
 {cards.embedding_space_paragraph(export['embedding_space'], 'model.embedding_space')}{arms_space}
 

@@ -221,8 +221,10 @@ The folder holds the frozen base's weights too ({export['parameters']:,} paramet
 **How much text it reads.** Segments are {evaluation['segment_size']} tokens every {evaluation['segment_stride']},
 at most {evaluation['max_segments']}: {slots} token slots, but because neighbouring segments overlap they cover
 **{evaluation['covered_tokens']} distinct tokens** (the "576" in the name counts slots). A text longer than
-{evaluation['covered_tokens']} tokens keeps its first {evaluation['covered_tokens']} and `encode` warns once per call;
-an empty text is an error.
+{evaluation['covered_tokens']} tokens keeps its first {evaluation['covered_tokens']} and `encode` warns once per call.
+
+{cards.inputs_and_threads_paragraph()} `model(texts=[])` is a `ValueError` (`encode([])` returns a
+`(0, {export['hidden_size']})` array).
 
 ## Evaluation on held-out long descriptions
 

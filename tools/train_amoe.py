@@ -49,8 +49,8 @@ from torch.utils.tensorboard import SummaryWriter
 from tqdm.auto import tqdm
 from transformers import AutoModel
 
-from shared_modeling.amoe import (TAU, Arm, Dispatch, load_arm, load_dispatch, save_arm, save_dispatch, unwrap_layers,
-                                  wrap_layers)
+from shared_modeling.amoe import (TAU, Arm, ArmSwitch, Dispatch, load_arm, load_dispatch, save_arm, save_dispatch,
+                                  unwrap_layers, wrap_layers)
 from shared_modeling.identity import trunk_hash
 from shared_modeling.losses import cosent, info_nce_with_hard_negatives, symmetric_info_nce
 from tools import evaluate, pairs, runs
@@ -179,7 +179,7 @@ class Attached:
     def __enter__(self):
         self.arms = {name: arm.to(self.model.device) for name, arm in self.arms.items()}
         self.dispatch.to(self.model.device)
-        wrap_layers(self.model.encoder.layers, self.arms, self.dispatch, list(self.dispatch.roster))
+        wrap_layers(self.model.encoder.layers, self.arms, self.dispatch, ArmSwitch(self.dispatch.roster))
         return self
 
     def __exit__(self, *exc):
@@ -409,7 +409,7 @@ def solo_arm(folder, model, trunk_id):
         raise SystemExit(f"{folder} is not a finished solo run (no complete metrics.json)")
     metrics = runs.read_json(folder / "metrics.json")
     name = metrics["name"]
-    arm, _ = load_arm(folder / "amoe" / "arms" / f"{name}.safetensors", *shape(model), trunk_id)
+    arm, _ = load_arm(folder / "amoe" / "arms" / f"{name}.safetensors", *shape(model), trunk_id, name=name)
     dispatch, _ = load_dispatch(folder / "amoe" / "solo" / "dispatch.safetensors", *shape(model), trunk_id)
     return name, arm, dispatch, metrics
 
@@ -541,7 +541,7 @@ def select(config):
     # rather than the trunk folder's attach_amoe: a trunk folder may carry older remote code. tools/export_captionbert
     # checks attach_amoe() on the Hub folder.
     dispatch, _ = load_dispatch(library / config.collective / "dispatch.safetensors", *shape(model), trunk_id)
-    shipped_arms = {name: load_arm(library / "arms" / f"{name}.safetensors", *shape(model), trunk_id)[0]
+    shipped_arms = {name: load_arm(library / "arms" / f"{name}.safetensors", *shape(model), trunk_id, name=name)[0]
                     for name in dispatch.roster}
     with Attached(model, shipped_arms, dispatch):
         collective_sts8 = sts8_score(model, config)
@@ -601,7 +601,7 @@ def write_arms_json(library, members, steps, shipped, trunk_id, config):
     for name, member in members.items():
         path = library / "arms" / f"{name}.safetensors"
         arm_metadata = load_arm(path, member["arm"].blocks[0].slots.in_features, len(member["arm"].blocks),
-                                trunk_id)[1]
+                                trunk_id, name=name)[1]
         entries[name] = {
             "file": f"arms/{name}.safetensors", "content_hash": arm_metadata["content_hash"],
             "trunk_hash": trunk_id, "data": member["data"].summary(),

@@ -19,8 +19,8 @@ SOURCE = ROOT / "shared_modeling"
 
 # Hub folder -> the shared_modeling modules it vendors (every module a vendored module imports must be listed too).
 VENDORED = {
-    "captionbert-8192-v2": ["layers", "pooling", "identity", "amoe"],
-    "geolip-clip-ctx576": ["pooling", "segments", "identity"],
+    "captionbert-8192-v2": ["layers", "pooling", "identity", "checks", "amoe"],
+    "geolip-clip-ctx576": ["pooling", "segments", "identity", "checks"],
 }
 
 RELATIVE_IMPORT = re.compile(r"^from \.(\w+) import ", flags=re.MULTILINE)

@@ -1,0 +1,53 @@
+# Generated from shared_modeling/checks.py by `make vendor`. Do not edit: edit the source and regenerate.
+"""Checks where texts, tokenizers and weights enter a model of the bundle, so that bad input fails loudly with a
+message naming the problem instead of producing embeddings of garbage."""
+
+import unicodedata
+
+import torch
+
+
+def check_texts(texts):
+    """(list of str, single): a str is one text; otherwise a list or tuple of str. TypeError names a wrong item;
+    ValueError a text that cannot be encoded as UTF-8 (a lone surrogate) or that has no content: empty, or only
+    whitespace, zero-width (format) and control characters, which a tokenizer reduces to nothing."""
+    single = isinstance(texts, str)
+    if not single and not isinstance(texts, (list, tuple)):
+        raise TypeError(f"texts must be a str or a list of str, got {type(texts).__name__}")
+    texts = [texts] if single else list(texts)
+    for i, text in enumerate(texts):
+        if not isinstance(text, str):
+            raise TypeError(f"texts[{i}] must be a str, got {type(text).__name__}: {text!r:.60}")
+        try:
+            text.encode("utf-8")
+        except UnicodeEncodeError as error:
+            raise ValueError(f"texts[{i}] is not valid Unicode text ({error.reason} at character {error.start}): "
+                             f"{text!r:.60}") from None
+        if all(char.isspace() or unicodedata.category(char) in ("Cc", "Cf") for char in text):
+            raise ValueError(f"texts[{i}] has no content ({text!r:.40}): empty, blank, zero-width or control-only "
+                             "text has nothing to embed")
+    return texts, single
+
+
+def check_batch_size(batch_size):
+    """A positive int (bool is not one), or a TypeError / ValueError."""
+    if not isinstance(batch_size, int) or isinstance(batch_size, bool):
+        raise TypeError(f"batch_size must be an int, got {type(batch_size).__name__}: {batch_size!r}")
+    if batch_size < 1:
+        raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+
+
+def check_tokenizer(tokenizer, vocab_size, source):
+    """Refuse a tokenizer whose vocabulary is not the model's: a folder missing tokenizer.json loads a tokenizer of
+    a few special tokens that maps every word to [UNK]."""
+    if len(tokenizer) != vocab_size:
+        raise ValueError(f"the tokenizer of {source or 'this model'} has {len(tokenizer):,} tokens, the model's "
+                         f"vocabulary {vocab_size:,}: tokenizer.json is missing or belongs to another model")
+    return tokenizer
+
+
+def check_finite(tensors, source):
+    """Refuse NaN or infinite values in {name: tensor}: such weights load silently and make every embedding NaN."""
+    bad = [name for name, tensor in tensors.items() if tensor.is_floating_point() and not torch.isfinite(tensor).all()]
+    if bad:
+        raise ValueError(f"{source}: non-finite values (NaN or inf) in {len(bad)} tensors, first {bad[0]!r}")

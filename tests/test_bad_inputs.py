@@ -1,0 +1,116 @@
+"""Bad inputs and bad files for the bundle's models with remote code, table-driven: each must fail with the stated
+error type and a message that names the problem, never embed garbage silently. (glyph-embedder-v2 has no code of its
+own: its GGUF export's checks are in test_gguf.py.)"""
+
+import shutil
+
+import numpy as np
+import pytest
+import torch
+from safetensors.torch import load_file, save_file
+from transformers import AutoModel
+
+from conftest import CAPTIONBERT, TINY_CAPTIONBERT, build_from_folder, captionbert_copy
+from test_geolip import geolip_folder
+
+BAD_TEXTS = [  # (id, texts, error type, message pattern)
+    ("none", None, TypeError, "texts must be a str or a list of str, got NoneType"),
+    ("dict", {"a": "dog"}, TypeError, "got dict"),
+    ("generator", (text for text in ["a dog"]), TypeError, "got generator"),
+    ("numpy array", np.array(["a dog"]), TypeError, "got ndarray"),
+    ("a number in the list", ["a dog", 3], TypeError, r"texts\[1\] must be a str, got int"),
+    ("lone surrogate", ["a dog", "a \ud800 cat"], ValueError, r"texts\[1\] is not valid Unicode"),
+    ("empty text", ["a dog", ""], ValueError, r"texts\[1\] has no content"),
+    ("blank text", ["   "], ValueError, r"texts\[0\] has no content"),
+    ("zero-width text", ["\u200b\u200b"], ValueError, r"texts\[0\] has no content"),
+    ("control characters only", ["\x00\x07"], ValueError, r"texts\[0\] has no content"),
+]
+BAD_BATCH_SIZES = [(None, TypeError, "batch_size must be an int, got NoneType"),
+                   (2.5, TypeError, "batch_size must be an int, got float"),
+                   (True, TypeError, "batch_size must be an int, got bool"),
+                   (0, ValueError, "batch_size must be >= 1")]
+
+
+@pytest.fixture(scope="module")
+def folders(tmp_path_factory, data_dir):
+    """{model: a saved tiny folder with its real remote code and a real-vocabulary tokenizer}."""
+    from tools import corpus
+
+    root = tmp_path_factory.mktemp("bad-inputs")
+    captionbert = captionbert_copy(root / "captionbert", **TINY_CAPTIONBERT)
+    build_from_folder(captionbert).save_pretrained(captionbert)
+    geolip = geolip_folder(root / "geolip", corpus.build(data_dir, ["flickr8k-train"])[0][:500])
+    return {"captionbert": captionbert, "geolip": geolip}
+
+
+@pytest.fixture(scope="module", params=["captionbert", "geolip"])
+def model(request, folders):
+    return AutoModel.from_pretrained(folders[request.param], trust_remote_code=True).eval()
+
+
+@pytest.mark.parametrize("texts, error, message", [row[1:] for row in BAD_TEXTS], ids=[row[0] for row in BAD_TEXTS])
+def test_encode_refuses_bad_texts(model, texts, error, message):
+    with pytest.raises(error, match=message):
+        model.encode(texts)
+
+
+@pytest.mark.parametrize("batch_size, error, message", BAD_BATCH_SIZES, ids=lambda value: repr(value)[:20])
+def test_encode_refuses_bad_batch_sizes(model, batch_size, error, message):
+    with pytest.raises(error, match=message):
+        model.encode(["a dog"], batch_size=batch_size)
+
+
+def test_geolip_forward_refuses_an_empty_batch(folders):
+    model = AutoModel.from_pretrained(folders["geolip"], trust_remote_code=True)
+    with pytest.raises(ValueError, match="at least one text"):
+        model(texts=[])
+
+
+def without_tokenizer_json(folder, copy):
+    shutil.copytree(folder, copy)
+    (copy / "tokenizer.json").unlink()  # tokenizer_config.json stays: a BertTokenizer of its 5 special tokens loads
+    return copy
+
+
+def with_another_tokenizer(folder, copy):
+    shutil.copytree(folder, copy)
+    other = CAPTIONBERT if folder.name == "geolip" else folder.parent / "geolip"
+    for name in ("tokenizer.json", "tokenizer_config.json"):
+        shutil.copy(other / name, copy / name)
+    return copy
+
+
+def with_weight(folder, copy, value):
+    shutil.copytree(folder, copy)
+    weights = load_file(copy / "model.safetensors")
+    name = sorted(weights)[len(weights) // 2]
+    weights[name].view(-1)[0] = value
+    save_file(weights, copy / "model.safetensors", metadata={"format": "pt"})
+    return copy
+
+
+TOKENIZER = "tokenizer of .* has [0-9,]+ tokens, the model's vocabulary [0-9,]+: tokenizer.json is missing or belongs"
+BAD_FILES = [  # (id, model, how its folder is broken, error type, message pattern)
+    ("no tokenizer.json", "captionbert", without_tokenizer_json, ValueError, TOKENIZER),
+    *((f"another model's tokenizer", name, with_another_tokenizer, ValueError, TOKENIZER)
+      for name in ("captionbert", "geolip")),
+    *((f"{value} weight", name, lambda folder, copy, value=value: with_weight(folder, copy, float(value)), ValueError,
+       r"weights: non-finite values \(NaN or inf\) in 1 tensors") for value in ("nan", "inf")
+      for name in ("captionbert", "geolip")),
+]
+
+
+@pytest.mark.parametrize("name, break_folder, error, message", [row[1:] for row in BAD_FILES],
+                         ids=[f"{row[1]}-{row[0]}" for row in BAD_FILES])
+def test_broken_folders_are_refused(folders, tmp_path, name, break_folder, error, message):
+    broken = break_folder(folders[name], tmp_path / name)
+    with pytest.raises(error, match=message):
+        AutoModel.from_pretrained(broken, trust_remote_code=True).encode(["a dog", "two men play chess"])
+
+
+def test_non_finite_embeddings_are_refused(folders):
+    model = AutoModel.from_pretrained(folders["captionbert"], trust_remote_code=True).eval()
+    with torch.no_grad():
+        model.head.projection.weight.fill_(3e38)  # finite weights whose products overflow
+    with pytest.raises(RuntimeError, match=r"embeddings of 1 texts are not finite \(first: texts\[0\]\)"):
+        model.encode(["a dog"])
