@@ -38,6 +38,6 @@ check-vendor: setup ## fail if a vendored copy drifted from shared_modeling/
 bench: setup ## run the benchmarks side by side and write a JSON report under runs/bench/
 	HF_HUB_OFFLINE=1 $(PY) -m tools.bench
 
-publish: setup ## check the Hub folders, then upload each as $(REPO_PREFIX)/<folder> (DRY_RUN=1 or no token: list only)
+publish: setup ## check the Hub folders, then upload each as $(REPO_PREFIX)/<folder> after asking (YES=1: without; DRY_RUN=1 or no token: list only)
 	@test -n "$(REPO_PREFIX)" || { echo "make publish needs REPO_PREFIX=<user or organisation>, e.g. make publish REPO_PREFIX=my-org DRY_RUN=1"; exit 2; }
-	$(PY) -m tools.publish --repo-prefix $(REPO_PREFIX) $(if $(DRY_RUN),--dry-run,)
+	$(PY) -m tools.publish --repo-prefix $(REPO_PREFIX) $(if $(DRY_RUN),--dry-run,) $(if $(YES),--yes,)

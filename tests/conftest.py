@@ -126,6 +126,21 @@ def kill_when(process, path):
     process.wait()
 
 
+class RunsCode:
+    """Unpickled, it calls open(path, "w"): what a file that runs code when it is read holds."""
+
+    def __init__(self, path):
+        self.path = path
+
+    def __reduce__(self):
+        return open, (str(self.path), "w")
+
+
+def plant_code(checkpoint, ran):
+    """Rewrite a resume checkpoint so that unpickling it creates the file `ran`."""
+    torch.save({**torch.load(checkpoint, weights_only=True), "history": RunsCode(ran)}, checkpoint)
+
+
 def assert_card_from_records(export, folder):
     """The card an export wrote is what tools/cards.py regenerates from the records, and every number in it comes
     from those records (or is a published value the specs quote)."""

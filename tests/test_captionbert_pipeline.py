@@ -13,7 +13,7 @@ import torch
 from safetensors.numpy import load_file
 
 from conftest import (ENV, ROOT, TINY_CAPTIONBERT, assert_card_from_records, captionbert_copy, finish, kill_when,
-                      run_tool)
+                      plant_code, run_tool)
 from tools import align_teachers, corpus, encoders, evaluate
 from tools.extract_teachers import Config, load_corpus, write_shard
 
@@ -208,6 +208,21 @@ def test_distillation_resumes_exactly_after_kill(tmp_path, alignment, tiny_stude
         np.testing.assert_array_equal(straight[key], resumed[key], err_msg=key)
     history = json.loads((tmp_path / "killed" / "metrics.json").read_text())["history"]
     assert [p["step"] for p in history["train"]] == [4, 8, 12, 16, 20, 24]
+
+
+def test_a_distillation_checkpoint_that_would_run_code_is_refused(tmp_path):
+    from tools import distill_captionbert
+
+    model = torch.nn.Linear(4, 4)
+    optimizer = torch.optim.Adam(model.parameters())
+    schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: 1.0)
+    checkpoint = tmp_path / "checkpoint.pt"
+    distill_captionbert.save_checkpoint(checkpoint, model, optimizer, schedule, 3, {"train": []})
+    assert distill_captionbert.restore_checkpoint(checkpoint, model, optimizer, schedule) == (3, {"train": []})
+    plant_code(checkpoint, tmp_path / "ran")
+    with pytest.raises(SystemExit, match=f"{checkpoint}: not a checkpoint save_checkpoint wrote"):
+        distill_captionbert.restore_checkpoint(checkpoint, model, optimizer, schedule)
+    assert not (tmp_path / "ran").exists()
 
 
 def test_distillation_learns_the_consensus_and_records_itself(tmp_path, alignment, tiny_student):

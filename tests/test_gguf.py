@@ -3,6 +3,8 @@
 
 import json
 import random
+import re
+import shutil
 
 import numpy as np
 import pytest
@@ -12,6 +14,7 @@ llama_cpp = pytest.importorskip(
 
 import gguf
 import torch
+from safetensors.torch import load_file, save_file
 from transformers import AutoTokenizer, BertConfig, BertModel, RobertaConfig, RobertaModel
 
 from tools import export_gguf
@@ -210,3 +213,27 @@ def test_main_end_to_end(tiny_roberta, tmp_path, capsys):
     assert min(float(line.split("PyTorch ")[1].split()[0]) for line in printed.splitlines()[1:]) >= COSINE["f16"]
     with pytest.raises(SystemExit, match="does not reproduce"):  # the check can fail
         export_gguf.main(["--model", str(folder), "--out", str(out), "--check", HELD_OUT[0], "--min-cosine", "1.001"])
+
+
+def test_an_output_that_is_not_a_gguf_is_refused(tiny_roberta, tmp_path):
+    folder = shutil.copytree(tiny_roberta[0], tmp_path / "glyph-tiny")
+    inputs = {path: path.read_bytes() for path in folder.iterdir()}
+    for out in [*inputs, tmp_path / "glyph-tiny.bin"]:
+        with pytest.raises(SystemExit, match=re.escape(f"export_gguf: {out}: not a .gguf path")):
+            export_gguf.main(["--model", str(folder), "--out", str(out)])
+    assert {path: path.read_bytes() for path in folder.iterdir()} == inputs  # the weights are untouched
+    assert sorted(tmp_path.iterdir()) == [folder]
+
+
+@pytest.mark.parametrize("value, dtype", [(float("nan"), "f32"), (float("inf"), "f16"), (1e6, "f16")],
+                         ids=["nan", "inf", "f16-overflow"])
+def test_weights_that_are_not_finite_are_refused(tiny_roberta, tmp_path, value, dtype):
+    folder = shutil.copytree(tiny_roberta[0], tmp_path / "glyph-tiny")
+    weights = load_file(str(folder / "model.safetensors"))
+    weights["encoder.layer.1.output.dense.weight"][3, 5] = value
+    save_file(weights, str(folder / "model.safetensors"), metadata={"format": "pt"})
+    out = tmp_path / "out" / "glyph-tiny.gguf"
+    with pytest.raises(SystemExit, match=rf"encoder.layer.1.output.dense.weight \(blk.1.ffn_down.weight\) is not "
+                                         rf"finite as written \({dtype}\): 1 of 8,192 values; nothing written"):
+        export_gguf.main(["--model", str(folder), "--out", str(out), "--dtype", dtype])
+    assert not out.parent.exists()

@@ -1,8 +1,10 @@
 """tools/publish.py against a mock Hub on 127.0.0.1 (tests/mock_hub.py): a publish uploads exactly the folder's model
 files, byte for byte, the repo then loads by its id through huggingface_hub's download and cache code with the Hub
-offline, a dry run uploads nothing, and a folder that is not ready is refused before anything goes up."""
+offline, a dry run uploads nothing, and a folder that is not ready is refused before anything goes up. Only files on
+the allow-list of model files go up, a link out of the folder is refused, and nothing goes up without a yes."""
 
 import hashlib
+import io
 import json
 import os
 import re
@@ -34,7 +36,10 @@ NOT_MODEL = {"__pycache__/modeling_captionbert.cpython-311.pyc": b"\x00compiled"
              ".ipynb_checkpoints/README-checkpoint.md": b"# an old card",
              "amoe/arms/.DS_Store": b"\x00",
              "runs/demo/metrics.json": b"{}",
-             "export-check/run.json": b"{}", "export-check/metrics.json": b"{}"}
+             "export-check/run.json": b"{}", "export-check/metrics.json": b"{}",
+             "checkpoint.pt": b"\x80pickle", "pytorch_model.bin": b"\x80pickle", "model.safetensors.tmp": b"",
+             "._model.safetensors": b"\x00", "tensorboard/events.out.tfevents.1700000000.host.1.0": b"\x00",
+             "wandb/latest-run/logs/debug.log": b"", "run.json": b"{}"}
 SNAPSHOT = "import sys; from huggingface_hub import snapshot_download; print(snapshot_download(sys.argv[1]))"
 LOAD_BY_ID = textwrap.dedent("""
     import importlib.util, json, sys
@@ -96,7 +101,7 @@ def test_without_a_token_it_checks_and_lists_the_folder_and_uploads_nothing(tiny
     assert listed == {name: f"{len(content):,}" for name, content in model_files.items()}
     total = sum(map(len, model_files.values()))
     assert f"{len(model_files)} files, {total:,} bytes" in output
-    assert f"left out (not part of the model): {', '.join(sorted(NOT_MODEL))}" in output
+    assert f"skipped (not on the list of model files): {', '.join(sorted(NOT_MODEL))}" in output
     assert f"its AMOE arms {ROSTER} attach" in output
 
 
@@ -107,7 +112,7 @@ def test_publish_uploads_exactly_the_folder_and_the_repo_loads_by_id_offline(tin
         # An earlier publish left a collective this folder no longer has, and an older card.
         hub.seed(REPO, {"amoe/old-collective/dispatch.safetensors": b"stale", "README.md": b"# old card"})
         run(["-m", "tools.publish", "--repo-prefix", PREFIX, "--folders", folder, "--token", TOKEN, "--private",
-             "--out", record], hub_env(hub, hf_home))
+             "--yes", "--out", record], hub_env(hub, hf_home))
         head = hub.repos[REPO].head
         assert head.files == {**model_files, ".gitattributes": GITATTRIBUTES}  # byte for byte, nothing else
         assert {"model.safetensors", "amoe/collective/dispatch.safetensors", *(f"amoe/arms/{name}.safetensors"
@@ -163,3 +168,52 @@ def test_a_folder_that_is_not_ready_is_refused(tiny, tmp_path, spoil, message):
 def test_bad_arguments_are_refused_with_a_clear_message(args, message):
     with pytest.raises(SystemExit, match=message):
         publish.main(args)
+
+
+def test_the_allow_list_publishes_every_file_of_the_hub_folders_and_nothing_else(tmp_path):
+    """Each Hub folder's tracked files and the weights make demo builds go up; files a run leaves beside them do
+    not, and are listed as skipped."""
+    for name, product in publish.PRODUCTS.items():
+        tracked = subprocess.run(["git", "ls-files", name], cwd=ROOT, capture_output=True, text=True, check=True)
+        model_files = {path.removeprefix(f"{name}/") for path in tracked.stdout.split()}
+        model_files |= {pattern.replace("*", "weights") for pattern in product.weights}
+        for file in model_files | set(NOT_MODEL):
+            (tmp_path / name / file).parent.mkdir(parents=True, exist_ok=True)
+            (tmp_path / name / file).touch()
+        files, skipped = publish.published_files(tmp_path / name)
+        assert set(files) == model_files and set(skipped) == set(NOT_MODEL), name
+
+
+def test_a_link_out_of_the_folder_is_refused(tmp_path):
+    folder = tmp_path / "captionbert-8192-v2"
+    folder.mkdir()
+    (tmp_path / "elsewhere.safetensors").write_bytes(b"not this folder's")
+    (folder / "model.safetensors").symlink_to(tmp_path / "elsewhere.safetensors")
+    with pytest.raises(SystemExit, match="model.safetensors -> .*elsewhere.safetensors: symbolic links out of"):
+        publish.published_files(folder)
+
+
+class Terminal(io.StringIO):
+    """stdin as a person at a terminal types it."""
+
+    def isatty(self):
+        return True
+
+
+def test_an_upload_without_a_terminal_needs_yes(tmp_path, monkeypatch):
+    (tmp_path / "captionbert-8192-v2").mkdir()
+    monkeypatch.setattr(sys, "stdin", io.StringIO("y\n"))
+    monkeypatch.setattr(publish.constants, "HF_HUB_OFFLINE", False)
+    with pytest.raises(SystemExit, match="no terminal to confirm the upload on: pass --yes"):
+        publish.main(["--repo-prefix", PREFIX, "--folders", str(tmp_path / "captionbert-8192-v2"), "--token", TOKEN])
+
+
+def test_at_a_terminal_nothing_goes_up_without_a_yes(tiny, monkeypatch, capsys):
+    monkeypatch.setattr(sys, "stdin", Terminal("n\n"))
+    with serve(TOKEN) as hub:
+        monkeypatch.setattr(publish.constants, "ENDPOINT", hub.url)
+        monkeypatch.setattr(publish.constants, "HF_HUB_OFFLINE", False)
+        with pytest.raises(SystemExit, match="nothing uploaded"):
+            publish.main(["--repo-prefix", PREFIX, "--folders", str(tiny[0]), "--token", TOKEN])
+        assert hub.requests == []
+    assert f"upload to {hub.url}: {REPO}? [y/N] " in capsys.readouterr().out

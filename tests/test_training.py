@@ -10,6 +10,7 @@ import torch
 from torch import nn
 from torch.utils.tensorboard import SummaryWriter
 
+from conftest import plant_code
 from tools.training import batch_at, run_stage
 
 
@@ -63,8 +64,18 @@ def test_an_interrupted_run_resumes_to_the_same_weights_and_history(tmp_path):
         assert torch.equal(a, b), name
     assert [p["loss"] for p in resumed_history["train"]] == [p["loss"] for p in straight_history["train"]]
     assert [p["step"] for p in resumed_history["validation"]] == [3, 6]
-    saved = torch.load(tmp_path / "killed" / "checkpoint-toy.pt", weights_only=False)
+    saved = torch.load(tmp_path / "killed" / "checkpoint-toy.pt", weights_only=True)
     assert set(saved["model"]) == {"2.weight", "2.bias"}  # the frozen layer is not checkpointed
+
+
+def test_a_checkpoint_that_would_run_code_is_refused(tmp_path):
+    with pytest.raises(Interrupted):
+        train(tmp_path, stop_at=5)
+    checkpoint = tmp_path / "checkpoint-toy.pt"
+    plant_code(checkpoint, tmp_path / "ran")
+    with pytest.raises(SystemExit, match=f"{checkpoint}: not a checkpoint save_checkpoint wrote"):
+        train(tmp_path)
+    assert not (tmp_path / "ran").exists()
 
 
 def test_batches_depend_only_on_seed_and_step():

@@ -229,7 +229,7 @@ def save_checkpoint(path, model, optimizer, schedule, step, history):
 
 
 def restore_checkpoint(path, model, optimizer, schedule):
-    state = torch.load(path, map_location="cpu", weights_only=False)  # our own file: RNG states need pickle
+    state = training.read_checkpoint(path)
     model.load_state_dict(state["model"])
     optimizer.load_state_dict(state["optimizer"])
     schedule.load_state_dict(state["schedule"])

@@ -199,11 +199,16 @@ def load_weights(safetensors_path):
 
 # ---- the export -----------------------------------------------------------------------------------------------------
 def export_gguf(model_dir, out_path, dtype="f32", name=None):
-    """Write `model_dir` (RobertaModel or sentence-transformers folder) as a llama.cpp bert GGUF; returns the path."""
+    """Write `model_dir` (RobertaModel or sentence-transformers folder) as a llama.cpp bert GGUF; returns the path.
+    Refuses an out_path that does not end in .gguf, and weights that are not finite as written (f16 casts included);
+    the file appears whole under its name or not at all."""
     import gguf
 
     if dtype not in ("f32", "f16"):
         raise ValueError(f"dtype must be f32 or f16, not {dtype!r}")
+    out_path = Path(out_path)
+    if out_path.suffix != ".gguf":  # none of the model's files is a .gguf, so this also keeps them from being written
+        raise ValueError(f"{out_path}: not a .gguf path; the output must end in .gguf")
     files = resolve_model_dir(model_dir)
     config = json.loads((files / "config.json").read_text())
     check_config(config, files)
@@ -224,7 +229,20 @@ def export_gguf(model_dir, out_path, dtype="f32", name=None):
                               f"{config['max_position_embeddings']}")
     weights["embeddings.position_embeddings.weight"] = position_table[offset:]  # (n_positions, D)
 
-    out_path = Path(out_path)
+    f16_exempt = (gguf.TENSOR_NAMES[gguf.MODEL_TENSOR.POS_EMBD], gguf.TENSOR_NAMES[gguf.MODEL_TENSOR.TOKEN_TYPES])
+    tensors = {}  # {GGUF name: the array as written}
+    for hf_name, gguf_name in mapping.items():
+        data = np.ascontiguousarray(weights[hf_name], dtype=np.float32)
+        if dtype == "f16" and data.ndim == 2 and not gguf_name.startswith(f16_exempt):
+            with np.errstate(over="ignore"):  # an overflow is reported below, by name
+                data = data.astype(np.float16)
+        finite = np.isfinite(data)
+        if not finite.all():
+            raise ValueError(f"{files}/model.safetensors: {hf_name} ({gguf_name}) is not finite as written "
+                             f"({'f16' if data.dtype == np.float16 else 'f32'}): {data.size - finite.sum():,} of "
+                             f"{data.size:,} values; nothing written")
+        tensors[gguf_name] = data
+
     out_path.parent.mkdir(parents=True, exist_ok=True)
     partial = out_path.with_name(out_path.name + ".partial")  # renamed when complete: no half-written .gguf
     writer = gguf.GGUFWriter(str(partial), gguf.MODEL_ARCH_NAMES[gguf.MODEL_ARCH.BERT])
@@ -252,11 +270,7 @@ def export_gguf(model_dir, out_path, dtype="f32", name=None):
     writer.add_add_eos_token(True)
     writer.add_add_sep_token(True)  # only used by llama-server's rerank pairs: <s> A </s></s> B </s>
 
-    f16_exempt = (gguf.TENSOR_NAMES[gguf.MODEL_TENSOR.POS_EMBD], gguf.TENSOR_NAMES[gguf.MODEL_TENSOR.TOKEN_TYPES])
-    for hf_name, gguf_name in mapping.items():
-        data = np.ascontiguousarray(weights[hf_name], dtype=np.float32)
-        if dtype == "f16" and data.ndim == 2 and not gguf_name.startswith(f16_exempt):
-            data = data.astype(np.float16)
+    for gguf_name, data in tensors.items():
         writer.add_tensor(gguf_name, data)  # numpy (rows, cols) is ggml's {cols, rows}: HF Linear (out, in) fits
     writer.add_quantization_version(gguf.GGML_QUANT_VERSION)
 
@@ -386,7 +400,7 @@ def main(argv=None):
     config = Config(**vars(parser.parse_args(argv)))
     try:
         path = export_gguf(config.model, config.out, config.dtype, config.name)
-    except (NotRobertaError, FileNotFoundError) as error:
+    except (ValueError, FileNotFoundError) as error:  # NotRobertaError is a ValueError
         raise SystemExit(f"export_gguf: {error}") from error
     print(f"wrote {path} ({path.stat().st_size / 2**20:.1f} MiB, {config.dtype})")
     if config.check:

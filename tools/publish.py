@@ -3,21 +3,26 @@
 Usage:
     make publish REPO_PREFIX=my-org                  # python -m tools.publish --repo-prefix my-org
     make publish REPO_PREFIX=my-org DRY_RUN=1        # ... --dry-run: check and list what would go up, upload nothing
+    make publish REPO_PREFIX=my-org YES=1            # ... --yes: upload without asking (needed without a terminal)
     python -m tools.publish --repo-prefix my-org --folders glyph-embedder-v2 --private
     HF_ENDPOINT=http://127.0.0.1:5000 python -m tools.publish --repo-prefix test-org   # another Hub (the tests' mock)
 
 The token is --token, else HF_TOKEN, else the one `hf auth login` stored; without one it is a dry run.
 
 What it does; every folder is checked before anything goes up:
-    1. picks the files to publish: all of the folder's files except hidden ones (.cache/, .ipynb_checkpoints/, ...),
-       __pycache__/ and *.pyc, and run folders (runs/, or any folder holding a run.json);
+    1. picks the files to publish by an allow-list (PUBLISHED): the configs, the tokenizer files, the top-level code,
+       the weights (*.safetensors, *.gguf), the card and its images, the amoe/ library and the configs of
+       sentence-transformers' module folders (1_Pooling/, ...); hidden files never. Every other file (checkpoints,
+       *.bin, run records, TensorBoard events, caches, ...) is listed as skipped. A symbolic link that leads out of
+       the folder stops the run: its target would go up as the folder's file;
     2. checks the folder: its shared_*.py are the copies `make vendor` generates, the weights `make demo` builds are
        among the files, and the model card README.md has YAML front matter and is what its run records give
        (tools/cards.py; a folder exported outside this checkout: not older than model.safetensors);
     3. copies exactly the picked files to a temporary folder and loads it in a fresh process where the project is not
        importable, the way a user does (AutoModel with remote code, or SentenceTransformer), embeds two texts and,
        where amoe/ ships, attaches the arms;
-    4. unless it is a dry run: creates the repo if needed (HfApi.create_repo) and makes one commit
+    4. unless it is a dry run: asks before uploading (--yes: does not ask; without a terminal to ask on, --yes is
+       required), creates the repo if needed (HfApi.create_repo) and makes one commit
        (HfApi.create_commit) that adds every picked file and deletes the repo's files the folder does not have
        (.gitattributes stays), so the repo holds exactly the folder; records repo ids, commit urls and oids and each
        file's sha256 in runs/publish/<timestamp>/publish.json.
@@ -59,7 +64,15 @@ PRODUCTS = {
                                  "SentenceTransformer"),
     "geolip-clip-ctx576": Product(("model.safetensors",), "AutoModel"),
 }
-NOT_MODEL_FOLDERS = ("__pycache__", "runs")  # besides hidden folders and folders holding a run.json
+PUBLISHED = (  # what a Hub repo of these models holds: paths in the folder, matched folder by folder (fnmatch)
+    "config*.json", "modules.json", "sentence_bert_config.json",  # configs
+    "tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "vocab.txt", "vocab.json", "merges.txt",
+    "*.py",  # remote code and its vendored shared_*.py copies
+    "*.safetensors", "*.safetensors.index.json", "*.gguf",  # weights (the index of a sharded checkpoint)
+    "README.md", "*.png", "*.jpg", "*.svg",  # the model card and its images
+    "amoe/*/*.safetensors", "amoe/arms/ARMS.json",  # AMOE: arms/<name>, <collective>/dispatch, the arms' provenance
+    "[0-9]*_*/config.json",  # sentence-transformers' modules after the first (1_Pooling/, 2_Normalize/)
+)
 PROBE_TEXTS = ["A dog runs across the grass.", "Two men play chess in a park at dusk."]
 KEPT_ON_THE_HUB = ".gitattributes"  # the Hub writes it into every new repo; it decides what is stored in LFS
 
@@ -69,6 +82,7 @@ class Config:
     repo_prefix: str  # the user or organisation the repos go under: <repo_prefix>/<folder name>
     folders: list  # the Hub folders to publish (Paths); each folder's name is a key of PRODUCTS
     dry_run: bool = False  # check and list only (also what happens without a token)
+    yes: bool = False  # upload without asking; a run without a terminal to ask on needs it
     private: bool = False  # create missing repos as private (an existing repo keeps its visibility)
     out: Path | None = None  # where the upload records itself; None: runs/publish/<timestamp>
 
@@ -80,12 +94,13 @@ def parse_config(argv):
     parser.add_argument("--folders", type=Path, nargs="+", default=[runs.ROOT / name for name in PRODUCTS])
     parser.add_argument("--dry-run", action="store_true", help="check and list what would go up; upload nothing")
     parser.add_argument("--private", action="store_true", help="create missing repos as private")
+    parser.add_argument("--yes", action="store_true", help="upload without asking (required without a terminal)")
     parser.add_argument("--token", help="a Hugging Face write token (default: HF_TOKEN, then `hf auth login`'s)")
     parser.add_argument("--out", type=Path, help="run folder for the upload's record (default runs/publish/<time>)")
     args = parser.parse_args(argv)
     token = args.token or huggingface_hub.get_token()
     config = Config(repo_prefix=args.repo_prefix, folders=[folder.resolve() for folder in args.folders],
-                    dry_run=args.dry_run, private=args.private, out=args.out)
+                    dry_run=args.dry_run, yes=args.yes, private=args.private, out=args.out)
     for folder in config.folders:
         if not folder.is_dir():
             raise SystemExit(f"{folder} is not a folder")
@@ -108,33 +123,42 @@ def repo_id(config, folder):
 
 # ---- what goes up --------------------------------------------------------------------------------------------------
 
+def is_model_file(name):
+    """Whether `name` (a path in the folder) matches a PUBLISHED pattern; fnmatch's * also matches a leading dot,
+    so hidden files (macOS's ._* copies, editors' backups) are ruled out first."""
+    parts = name.split("/")
+    return not any(part.startswith(".") for part in parts) and any(
+        len(pattern.split("/")) == len(parts) and all(map(fnmatch.fnmatchcase, parts, pattern.split("/")))
+        for pattern in PUBLISHED)
+
+
 def published_files(folder):
-    """({path in the repo: Path} of the files that belong to the model, [paths of the files left out])."""
-    files, left_out = {}, []
-    for path in sorted(folder.rglob("*")):
-        if not path.is_file():
-            continue
-        relative = path.relative_to(folder)
-        parents = relative.parts[:-1]
-        not_model = (path.name.startswith(".") or path.suffix == ".pyc"
-                     or any(part.startswith(".") or part in NOT_MODEL_FOLDERS for part in parents)
-                     or any((folder.joinpath(*parents[:depth]) / "run.json").is_file()
-                            for depth in range(1, len(parents) + 1)))
-        if not_model:
-            left_out.append(relative.as_posix())
-        else:
-            files[relative.as_posix()] = path
-    return files, left_out
+    """({path in the repo: Path} of the model files, [paths of the folder's other files: skipped]). Refuses a
+    folder with a symbolic link that leads out of it."""
+    files, skipped, links_out = {}, [], []
+    for path in sorted(folder.rglob("*")):  # does not descend into linked folders
+        name = path.relative_to(folder).as_posix()
+        if path.is_symlink() and not path.resolve().is_relative_to(folder.resolve()):
+            links_out.append(f"{name} -> {path.resolve()}")
+        elif path.is_file():
+            if is_model_file(name):
+                files[name] = path
+            else:
+                skipped.append(name)
+    if links_out:
+        raise SystemExit(f"{folder}: {', '.join(links_out)}: symbolic links out of the folder would publish what "
+                         "they point to; copy the files in or remove the links")
+    return files, skipped
 
 
-def print_plan(repo, folder, files, left_out):
+def print_plan(repo, folder, files, skipped):
     total = sum(path.stat().st_size for path in files.values())
     print(f"{repo}  <-  {folder}")
     for name, path in files.items():
         print(f"  {path.stat().st_size:>15,}  {name}")
     print(f"  {len(files)} files, {total:,} bytes ({total / 1e6:,.1f} MB)")
-    if left_out:
-        print(f"  left out (not part of the model): {', '.join(left_out)}")
+    if skipped:
+        print(f"  skipped (not on the list of model files): {', '.join(skipped)}")
 
 
 # ---- checks --------------------------------------------------------------------------------------------------------
@@ -254,14 +278,16 @@ def main(argv=None):
         config.dry_run = True
     if not config.dry_run and constants.is_offline_mode():
         raise SystemExit("HF_HUB_OFFLINE is set: unset it to upload, or pass --dry-run")
+    if not config.dry_run and not config.yes and not sys.stdin.isatty():
+        raise SystemExit("no terminal to confirm the upload on: pass --yes to upload, or --dry-run to list only")
 
     plans = {folder: published_files(folder) for folder in config.folders}
     problems = [f"{folder.name}: {problem}" for folder, (files, _) in plans.items()
                 for problem in vendoring_problems(folder) + missing_weights(folder, files) + card_problems(folder)]
     if problems:
         raise SystemExit("not published; fix these first:\n  " + "\n  ".join(problems))
-    for folder, (files, left_out) in plans.items():
-        print_plan(repo_id(config, folder), folder, files, left_out)
+    for folder, (files, skipped) in plans.items():
+        print_plan(repo_id(config, folder), folder, files, skipped)
         loaded = load_check(folder, files)
         arms = f"; its AMOE arms {loaded['amoe']} attach" if loaded["amoe"] else ""
         print(f"  a copy of these files loads in a fresh process without the project: "
@@ -271,6 +297,9 @@ def main(argv=None):
         return 0
 
     api = HfApi(token=token)
+    repos = ", ".join(repo_id(config, folder) for folder in plans)
+    if not config.yes and input(f"upload to {api.endpoint}: {repos}? [y/N] ").strip().lower() not in ("y", "yes"):
+        raise SystemExit("nothing uploaded")
     revision, dirty = runs.git_revision()
     message = "Publish from caption-bundle" + (f" {revision[:12]}" if revision else "") + (" (dirty)" if dirty else "")
     out = config.out or runs.timestamped(runs.ROOT / "runs", "publish")

@@ -10,6 +10,7 @@ batches as an uninterrupted one.
 
 import functools
 import os
+import pickle
 import random
 import time
 
@@ -57,9 +58,20 @@ def save_checkpoint(path, model, optimizer, schedule, step, history):
     os.replace(temporary, path)
 
 
+def read_checkpoint(path):
+    """The contents of a resume checkpoint, read without running code: weights_only=True unpickles only tensors,
+    numbers, strings and containers, which is all a checkpoint holds (the RNG states are a tensor and
+    random.getstate()'s tuple of ints). A file that needs more was not written by a save_checkpoint: refused."""
+    try:
+        return torch.load(path, map_location="cpu", weights_only=True)
+    except pickle.UnpicklingError as error:
+        raise SystemExit(f"{path}: not a checkpoint save_checkpoint wrote (torch.load(weights_only=True) refuses "
+                         "what it holds, and reading it could run code); delete it to start over") from error
+
+
 def load_checkpoint(path, model, optimizer, schedule):
     """Restore a save_checkpoint file; returns (step, history)."""
-    state = torch.load(path, map_location="cpu", weights_only=False)  # our own file: the RNG states need pickle
+    state = read_checkpoint(path)
     missing, unexpected = model.load_state_dict(state["model"], strict=False)
     trained = trained_state(model)
     missing = [name for name in missing if name in trained]  # a frozen part is not in the file, by design
