@@ -25,7 +25,8 @@ from transformers import AutoModel, AutoTokenizer, PreTrainedModel
 from transformers.modeling_outputs import BaseModelOutputWithPooling
 
 from .configuration_geolip import GeolipConfig
-from .shared_checks import check_batch_size, check_finite, check_texts, check_tokenizer
+from .shared_checks import (check_batch_size, check_finite, check_finite_embeddings, check_texts,
+                            check_tokenizer)
 from .shared_identity import embedding_space, trunk_hash
 from .shared_pooling import l2_normalize, masked_mean_pool
 from .shared_segments import covered_tokens, segment_batch
@@ -261,11 +262,7 @@ class GeolipModel(GeolipPreTrainedModel):
         finally:
             if was_training:
                 self.train()
-        not_finite = (~torch.isfinite(embeddings).all(dim=1)).nonzero()
-        if len(not_finite):
-            raise RuntimeError(f"the embeddings of {len(not_finite)} texts are not finite (first: texts"
-                               f"[{int(not_finite[0])}]); the weights are, so the computation overflowed "
-                               f"(dtype {self.dtype})")
+        check_finite_embeddings(embeddings, self.dtype)
         if single:
             embeddings = embeddings[0]
         return embeddings.cpu().numpy() if convert_to_numpy else embeddings

@@ -50,3 +50,11 @@ def check_finite(tensors, source):
     bad = [name for name, tensor in tensors.items() if tensor.is_floating_point() and not torch.isfinite(tensor).all()]
     if bad:
         raise ValueError(f"{source}: non-finite values (NaN or inf) in {len(bad)} tensors, first {bad[0]!r}")
+
+
+def check_finite_embeddings(embeddings, dtype):
+    """RuntimeError naming the first non-finite row of (N, E): with finite weights, the computation overflowed."""
+    not_finite = (~torch.isfinite(embeddings).all(dim=1)).nonzero()
+    if len(not_finite):
+        raise RuntimeError(f"the embeddings of {len(not_finite)} texts are not finite (first: texts"
+                           f"[{int(not_finite[0])}]); the weights are, so the computation overflowed (dtype {dtype})")
