@@ -46,12 +46,12 @@ def test_arm_flop_count_matches_the_counted_matmuls_of_one_arm():
     import torch
     from torch.utils.flop_counter import FlopCounterMode
 
-    from shared_modeling.amoe import AmoeLayer, Arm, Dispatch
+    from shared_modeling.amoe import AmoeLayer, Arm, ArmSwitch, Dispatch
 
     arm, dispatch = {"a": Arm(512, 1)}, Dispatch(["a"], 512, 1)
-    layer = AmoeLayer(torch.nn.Identity(), 0, arm, dispatch, ["a"])
+    layer = AmoeLayer(torch.nn.Identity(), 0, arm, dispatch, ArmSwitch(["a"]))
     with torch.no_grad():
-        layer.derived_weights()  # kept from now on, so the count below is the per-token work alone
+        layer.derived_weights(("a",))  # kept from now on, so the count below is the per-token work alone
         with FlopCounterMode(display=False) as counter:
             layer(torch.randn(1, 512))
     assert counter.get_total_flops() == bench.arm_flops_per_token(512, 1) + 2 * 512
