@@ -20,8 +20,8 @@ def test_bench_tiny_run_writes_finite_positive_ratios(tmp_path, data_dir):
     shipped = len(json.loads((bench.CAPTIONBERT / "amoe" / "arms" / "ARMS.json").read_text())["roster"])
     arms = list(dict.fromkeys((shipped, 3)))  # the shipped collective's size and --arms
     rows = report["rows"]
-    # (6): per dtype each size and all off; the floor; off == bare. (8): base calls, then 5 text lengths
-    assert len(rows) == 12 + 2 * (len(arms) + 1) + 2 + 1 + 5
+    # (1)-(5b): 13; (6): per dtype each size and all off; the floor; off == bare. (8): base calls, then 5 text lengths
+    assert len(rows) == 13 + 2 * (len(arms) + 1) + 2 + 1 + 5
     assert report["geolip"]["texts"] == 4 and report["geolip"]["segments"] > 4
     for row in rows:
         for key in ("ours", "reference", "ratio"):
@@ -33,6 +33,7 @@ def test_bench_tiny_run_writes_finite_positive_ratios(tmp_path, data_dir):
             assert all(len(seconds) == 1 for seconds in times.values())
     for stage in ("extraction", "training"):
         assert all(len(seconds) == 1 for seconds in report["seconds"][stage].values())
+    assert set(report["seconds"]["training"]) == {"captionbert", "bert", "captionbert per-tensor Adam"}
     assert report["corpus_sample"]["count"] == 32
     assert report["amoe"] == {"shipped_arms": shipped, "arms": arms, "off_equals_bare": True,
                               "on_differs_from_bare": True}

@@ -18,8 +18,9 @@ captions, tokenized by captionbert's tokenizer. One run measures:
      tools/extract_teachers.py runs) vs naive padded batches in corpus order, both on the BertModel above saved as
      a plain HF teacher folder. Target >= 1.5x.
   5. Student training steps (tools/distill_captionbert.train_step: bf16 autocast forward where the CPU computes bf16,
-     else float32; InfoNCE + MSE, backward, Adam) on bucketed batches of that sample: captionbert vs BertModel of the same shape with the same pooling and
-     head. Target >= 1.0x.
+     else float32; InfoNCE + MSE, backward, fused Adam) on bucketed batches of that sample: captionbert vs BertModel
+     of the same shape with the same pooling and head. Target >= 1.0x. (5b) the same captionbert step with torch's
+     default CPU Adam (tensor by tensor, what the trainers ran before tools/training.adam). Reported.
   6. AMOE arms: captionbert.encode with a collective attached through attach_amoe (random arms with non-zero
      outputs, written as arm files; speed does not depend on the weights) vs the bare trunk, fp32 and bf16, at two
      sizes: the shipped collective's (its roster in captionbert-8192-v2/amoe/arms/ARMS.json; target <= 1.15x the
@@ -369,8 +370,11 @@ def main(argv=None):
         head_class = type(captionbert.head)  # captionbert's SentenceHead, from its remote-code module
         bert_student = BertStudent(bert, head_class(shape["hidden_size"], captionbert.config.output_dim,
                                                     captionbert.config.layer_norm_eps))
-        students = {"captionbert": captionbert.train(), "bert": bert_student.train()}
-        optimizers = {name: torch.optim.Adam(model.parameters(), lr=1e-5) for name, model in students.items()}
+        students = {"captionbert": captionbert.train(), "bert": bert_student.train(),
+                    "captionbert per-tensor Adam": copy.deepcopy(captionbert)}
+        optimizers = {name: training.adam(model.parameters(), 1e-5) for name, model in students.items()}
+        optimizers["captionbert per-tensor Adam"] = torch.optim.Adam(students["captionbert per-tensor Adam"]
+                                                                     .parameters(), lr=1e-5)  # torch's CPU default
 
         def steps(name):
             def run():
@@ -384,6 +388,9 @@ def main(argv=None):
         ours, theirs = statistics.median(train["captionbert"]), statistics.median(train["bert"])
         rows.append(row(f"(5) training step {precision}: captionbert vs BertModel", "tokens/s", tokens / ours,
                         tokens / theirs, theirs / ours, (">=", 1.0)))
+        before = statistics.median(train["captionbert per-tensor Adam"])
+        rows.append(row(f"(5b) training step {precision}: captionbert, fused Adam vs per-tensor Adam", "tokens/s",
+                        tokens / ours, tokens / before, before / ours))
         report["seconds"]["extraction"], report["seconds"]["training"] = extract, train
 
         # ---- 6: AMOE arms on vs the bare trunk (an identical copy); every arm off must be the bare trunk --------

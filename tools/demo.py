@@ -72,7 +72,7 @@ BUDGETS = {
     "cpu": Budget(root="runs/demo", scratch=("--learning-rate", "5e-4"),
                   arms=(("equiv", 480), ("sts", 480), ("silver", 1920)), geolip_ablation=True),
     # make demo's default: the same steps with shorter training and so weaker models (the cards say which goals they
-    # miss): 12,000 of the ~53,000 captions, a third of the distillation steps (and of the from-scratch row's), two
+    # miss): 12,000 of the ~53,000 captions, 160 distillation steps (and as many for the from-scratch row), two
     # arm candidates at a third of the steps, a third of glyph's steps, 3/8 of geolip's, and no ablation.
     "quick": Budget(root="runs/quick", extract=("--sample", "12000"),
                     align=("--fit-rows", "8000", "--holdout-rows", "2000"),

