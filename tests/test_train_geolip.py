@@ -56,7 +56,7 @@ def test_tiny_run_trains_evaluates_and_exports_a_loadable_folder(tmp_path, data_
                                str(tmp_path / "export"), "--to", str(folder), "--parity-texts", "4"]) == 0
     export = json.loads((tmp_path / "export" / "metrics.json").read_text())
     assert export["max_difference"] <= 1e-5 and export["hidden_size"] == 32 and export["teacher_dim"] == 48
-    assert export["clip_l_trainable"] == 36_868_614
+    assert export["clip_l_trainable"] == 36_868_614 + 768 * 768  # the readout's residual projection
     card = (folder / "README.md").read_text()
     assert f"| {evaluation['rows']['memory']['m_acc']:.3f} |" in card and "not the CLIP-L model" in card
     assert "452 distinct tokens" in card and (folder / "model.safetensors").exists()

@@ -216,8 +216,10 @@ def embed(model, content_ids, batch_size):
     student, first, mean = [], [], []
     with torch.no_grad():
         for start in range(0, len(content_ids), batch_size):
-            layers, mask, own, counts = model.segments(content_ids[start:start + batch_size])
-            student.append(model.embed_segments(layers, mask, own, counts).last_hidden_state[:, 0])
+            ids = content_ids[start:start + batch_size]
+            layers, mask, own, counts = model.segments(ids)
+            student.append(model.embed_segments(model.window_embedding(ids), layers, mask, counts)
+                           .last_hidden_state[:, 0])
             starts = np.cumsum([0, *counts[:-1]])
             first.append(own[starts])
             mean.append(torch.stack([own[s:s + c].mean(dim=0) for s, c in zip(starts, counts)]))
@@ -329,7 +331,7 @@ def main(argv=None):
         def loss_at(step):
             rows = batch_at(step, len(training), config.batch_size, config.seed)
             with sdpa_kernel(SDPBackend.MATH):  # on a CPU, bf16 flash attention's backward is ~10x slower here
-                output = model.embed_segments(*model.segments([train_ids[i] for i in rows]))
+                output = model.embed([train_ids[i] for i in rows])
             with torch.autocast(output.pooler_output.device.type, enabled=False):  # the losses in float32
                 student, teacher_rows = output.last_hidden_state[:, 0].float(), train_targets[rows]
                 counts = [len(segment_spans(len(train_ids[i]), config.segment_size, config.segment_stride,
