@@ -177,8 +177,8 @@ def test_config_rejects_bad_values(tmp_path):
             ({"fusion_layers": 14}, "fusion_layers"), ({"memory_heads": 5}, "memory_heads"),
             ({"segment_size": 80}, "positions"), ({"base_window": 2}, "at least 3"),
             ({"base_window": 78}, r"base_window \(78\) .* the base's 77 positions"),
-            ({"segment_size": 20, "segment_stride": 10, "max_segments": 5}, "cover 60 content tokens, no more than "
-                                                                            "the base_window's 75")]):
+            ({"segment_size": 20, "segment_stride": 10, "max_segments": 5},
+             "cover 60 content tokens, no more than the base_window's 75")]):
         folder = published_folder(tmp_path / f"bad-{i}", **override)
         with pytest.raises(Exception, match=message):
             AutoConfig.from_pretrained(folder, trust_remote_code=True)

@@ -251,7 +251,8 @@ def build_card(train_config, train, evaluation, export, ablation=None):
         space = (f"the base here is {base}, not CLIP: the embedding is in its sentence space, not CLIP's joint "
                  "image-text space, so it does not pair with CLIP image embeddings")
         window_note = (f"**This folder declares a CLIP-sized window of {window} tokens on {base}**: the model is made "
-                       f"for a base that stops at {window} tokens (CLIP's text tower), and this window shows that case.")
+                       f"for a base that stops at {window} tokens (CLIP's text tower), and this window shows that "
+                       "case.")
     window_note += (" The base reads no more than its window, so there is no whole-text row: reading past it is what "
                     "the memory is for." if whole is None else
                     f" The base itself reads {whole} tokens natively: the whole-text row below is that ceiling, which "

@@ -31,8 +31,8 @@ projector), window (the base on its window: the floor), first_segment (the base 
 segment_mean (the mean of its segment embeddings), whole (the base reading as much as it natively can: its
 sentence-transformers max_seq_length, all-MiniLM-L6-v2's 256, or its position limit; absent when that is no more
 than the window, as for CLIP) and teacher (the teacher's own embeddings, unmapped: the reference). Each row gets
-m_acc, the mean cosine to the teacher, and spliced-tails top-1: groups of --splice-k held-out texts that share their first
---base-window tokens (one description's prefix, cut at a word boundary, then the tails of splice_k others) and
+m_acc, the mean cosine to the teacher, and spliced-tails top-1: groups of --splice-k held-out texts that share their
+first --base-window tokens (one description's prefix, cut at a word boundary, then the tails of splice_k others) and
 differ only after them; the teacher reads each whole, and each row's embedding must retrieve its own text's teacher
 embedding among the group's (the window row scores exactly 1 / splice_k: it sees one text).
 Training: AdamW with linear warm-up and decay, bf16 autocast on the forward pass (the losses in float32).
