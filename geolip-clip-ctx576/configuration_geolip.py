@@ -4,6 +4,8 @@ geometric memory."""
 from huggingface_hub.dataclasses import strict
 from transformers import AutoConfig, PreTrainedConfig
 
+from .shared_segments import covered_tokens
+
 # The text tower of CLIP-ViT-L/14 (123M parameters, 768-d, 77 positions): the published base.
 CLIP_L_TEXT = {"hidden_size": 768, "intermediate_size": 3072, "num_attention_heads": 12, "num_hidden_layers": 12,
                "projection_dim": 768, "max_position_embeddings": 77}
@@ -11,12 +13,17 @@ CLIP_L_TEXT = {"hidden_size": 768, "intermediate_size": 3072, "num_attention_hea
 
 @strict
 class GeolipConfig(PreTrainedConfig):
-    """Hyper-parameters of GeolipModel. The defaults are the published model (CLIP-L base, 18/14/32 segments).
+    """Hyper-parameters of GeolipModel. The defaults are the published model (CLIP-L base, a 77-token window,
+    18/14/32 segments).
 
     base_model_type / base_config: the frozen base, built as AutoConfig.for_model(base_model_type, **base_config)
         ("clip_text_model" with CLIP-L's text shape by default; any encoder AutoModel builds, e.g. "bert").
     base_pooling: a segment's own embedding from the base's last hidden states: "eos" (the state at the closing
         special token, as CLIP pools) or "mean" (masked mean, as sentence-transformers encoders pool).
+    base_window: the tokens the base reads of a text at once, its two special tokens included (CLIP's context
+        length: 77). The base's embedding of this window is where the model starts: the memory only adds to it.
+        At least 3 (one content token) and at most the base's max_position_embeddings; a config saved without it
+        (before it existed) gets 77.
     fusion_layers: how many of the base's last hidden states (the output included) the layer fusion and the depth
         compressor read.
     segment_size / segment_stride / max_segments: content tokens per segment, the step between segment starts, and
@@ -32,6 +39,7 @@ class GeolipConfig(PreTrainedConfig):
     base_model_type: str = "clip_text_model"
     base_config: dict | None = None
     base_pooling: str = "eos"
+    base_window: int = 77
     fusion_layers: int = 6
     segment_size: int = 18
     segment_stride: int = 14
@@ -67,6 +75,13 @@ class GeolipConfig(PreTrainedConfig):
         if self.fusion_layers > base.num_hidden_layers + 1:
             raise ValueError(f"fusion_layers ({self.fusion_layers}) exceeds the base's {base.num_hidden_layers} "
                              f"layers + embeddings")
+        if not 3 <= self.base_window <= base.max_position_embeddings:
+            raise ValueError(f"base_window ({self.base_window}) must be at least 3 (two special tokens and one of "
+                             f"content) and at most the base's {base.max_position_embeddings} positions")
+        covered = covered_tokens(self.segment_size, self.segment_stride, self.max_segments)
+        if covered <= self.base_window - 2:
+            raise ValueError(f"the segments cover {covered} content tokens, no more than the base_window's "
+                             f"{self.base_window - 2}: the memory would read nothing past the window")
         if self.segment_size + 2 > base.max_position_embeddings:
             raise ValueError(f"a segment of {self.segment_size} tokens plus its two special tokens does not fit the "
                              f"base's {base.max_position_embeddings} positions")

@@ -1,17 +1,20 @@
 """geolip-clip-ctx576: a frozen short-window text encoder (CLIP-L's text tower in the published model) extended to
 long texts by a trained geometric memory.
 
-A text's content tokens are cut into overlapping segments (18 tokens every 14, at most 32: shared_segments.py), and
-every segment of every text runs through the frozen base in ONE batched call. Then, per segment:
+The model starts from what the base itself gives: its embedding of the text's own window (the first base_window
+tokens, special tokens included: CLIP's 77), one batched base call over the texts. The memory then reads the WHOLE
+text: its content tokens are cut into overlapping segments (18 tokens every 14, at most 32: shared_segments.py), and
+every segment of every text runs through the frozen base in ONE more batched call. Per segment:
   layer fusion      a learned softmax-weighted sum of the base's last 6 hidden states -> fused token states;
   depth compressor  the segment's 6-layer profile (its masked mean in each of those layers) -> one anchor;
 and the memory (`GeometricMemory`, 64 slots) runs over the segments in order, its state passed explicitly from
 segment to segment: the slots read the segment's fused tokens (cross-attention), then every anchor so far (2
-cross-attention layers: the bank), and a GRU gate decides how much of each slot to update. Finally the readout:
-the first segment's own base embedding attends to the final memory (memory -> base cross-attention), so the output
-stays in the base's embedding space and equals the truncated base plus what the memory adds.
+cross-attention layers: the bank), and a GRU gate decides how much of each slot to update. Finally the readout: the
+window embedding attends to the final memory (memory -> base cross-attention), and what that adds goes through a
+zero-initialised projection: embedding = window embedding + residual. So the output stays in the base's embedding
+space, and an untrained memory returns exactly the base on its window; training can only add what lies past it.
 The teacher projector (hidden -> 1,024) is used in training only. Legend: B texts, S segments of the batch, T
-tokens per segment (segment_size + 2), L fused layers, D hidden, M memory slots.
+tokens per segment (segment_size + 2), W the window (base_window), L fused layers, D hidden, M memory slots.
 """
 
 import sys
@@ -22,6 +25,7 @@ import torch
 from torch import nn
 from tqdm.auto import tqdm
 from transformers import AutoModel, AutoTokenizer, PreTrainedModel
+from transformers import initialization as init
 from transformers.modeling_outputs import BaseModelOutputWithPooling
 
 from .configuration_geolip import GeolipConfig
@@ -29,7 +33,7 @@ from .shared_checks import (check_batch_size, check_finite, check_finite_embeddi
                             check_tokenizer)
 from .shared_identity import embedding_space, trunk_hash
 from .shared_pooling import l2_normalize, masked_mean_pool
-from .shared_segments import covered_tokens, segment_batch
+from .shared_segments import covered_tokens, segment_batch, window_batch
 
 
 @dataclass
@@ -114,6 +118,14 @@ class GeolipPreTrainedModel(PreTrainedModel):
     base_model_prefix = "geolip"
     main_input_name = "texts"
 
+    def _init_weights(self, module):
+        """transformers' default initialisation, except the readout's residual projection: zero, so that an untrained
+        memory adds nothing to the window embedding. Loaded weights are never re-initialised (from_pretrained)."""
+        if module is getattr(self, "residual_projection", None):
+            init.zeros_(module.weight)
+        else:
+            super()._init_weights(module)
+
     @classmethod
     def from_pretrained(cls, *args, **kwargs):
         """transformers' from_pretrained, refusing weights with NaN or infinite values."""
@@ -135,6 +147,7 @@ class GeolipModel(GeolipPreTrainedModel):
         self.memory = GeometricMemory(config.memory_slots, hidden, config.memory_heads, config.memory_layers,
                                       config.layer_norm_eps)
         self.readout = CrossAttentionBlock(hidden, config.memory_heads, config.layer_norm_eps)
+        self.residual_projection = nn.Linear(hidden, hidden, bias=False)  # what the readout adds; zero at init
         self.projector = nn.Linear(hidden, config.teacher_dim, bias=False)  # student -> teacher space (training)
         self._tokenizer = None
         self.post_init()
@@ -157,11 +170,34 @@ class GeolipModel(GeolipPreTrainedModel):
         texts, _ = check_texts(texts)
         if not texts:
             raise ValueError("forward needs at least one text (encode([]) returns an empty array)")
-        return self.embed_segments(*self.segments(self.content_ids(texts)))
+        return self.embed(self.content_ids(texts))
+
+    def embed(self, content_ids):
+        """The content token ids of B texts -> GeolipOutput: the window and the segments through the base (one
+        batched call each), then the memory and the readout."""
+        layers, token_mask, _, counts = self.segments(content_ids)
+        return self.embed_segments(self.window_embedding(content_ids), layers, token_mask, counts)
+
+    def pool(self, last, attention_mask):
+        """The base's own embedding of each row from its last hidden states (N, T, D) -> (N, D), by base_pooling."""
+        if self.config.base_pooling == "eos":
+            return last[torch.arange(last.shape[0], device=last.device), attention_mask.sum(dim=1) - 1]
+        return masked_mean_pool(last, attention_mask)
+
+    def window_embedding(self, content_ids, window=None):
+        """The frozen base's own embedding of each text's first `window` tokens, its two special tokens included
+        (default: base_window), in ONE batched call -> (B, D)."""
+        window = self.config.base_window if window is None else window
+        input_ids, attention_mask = window_batch(content_ids, window, *self._special_ids())
+        input_ids, attention_mask = input_ids.to(self.device), attention_mask.to(self.device)  # (B, W)
+        with torch.no_grad():  # the base is frozen
+            last = self.base(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state  # (B, W, D)
+        return self.pool(last, attention_mask)
 
     def segments(self, content_ids):
         """Every segment of every text through the frozen base in ONE batched call. Returns (layers (S, T, L, D),
-        token_mask (S, T), own (S, D) each segment's base embedding, counts: segments per text)."""
+        token_mask (S, T), own (S, D) each segment's own base embedding (the tools' baselines), counts: segments
+        per text)."""
         config = self.config
         input_ids, attention_mask, _, counts = segment_batch(
             content_ids, config.segment_size, config.segment_stride, config.max_segments,
@@ -170,15 +206,12 @@ class GeolipModel(GeolipPreTrainedModel):
         with torch.no_grad():  # the base is frozen: nothing upstream of its outputs trains
             output = self.base(input_ids=input_ids, attention_mask=attention_mask, output_hidden_states=True)
         layers = torch.stack(output.hidden_states[-config.fusion_layers:], dim=2)  # (S, T, L, D)
-        last = output.last_hidden_state  # CLIP applies its final LayerNorm here, not to hidden_states[-1]
-        if config.base_pooling == "eos":
-            own = last[torch.arange(last.shape[0], device=last.device), attention_mask.sum(dim=1) - 1]
-        else:
-            own = masked_mean_pool(last, attention_mask)
-        return layers, attention_mask.bool(), own, counts
+        # CLIP applies its final LayerNorm to last_hidden_state, not to hidden_states[-1]
+        return layers, attention_mask.bool(), self.pool(output.last_hidden_state, attention_mask), counts
 
-    def embed_segments(self, layers, token_mask, own, counts):
-        """The memory run over the segments of each text (the output of `segments`), then the readout."""
+    def embed_segments(self, window, layers, token_mask, counts):
+        """The memory run over the segments of each text (the output of `segments`), then the readout from the
+        texts' window embeddings (B, D)."""
         fused = self.fusion(layers)  # (S, T, D)
         profile = torch.stack([masked_mean_pool(layers[:, :, i], token_mask) for i in range(layers.shape[2])], 1)
         anchors = self.compressor(profile)  # (S, D)
@@ -196,8 +229,9 @@ class GeolipModel(GeolipPreTrainedModel):
             updated = self.memory.step(state[active], fused[rows], token_mask[rows], by_text[active, :t + 1],
                                        valid[active, :t + 1])
             state = state.index_put((active,), updated)
-        query = own[first].unsqueeze(1)  # (B, 1, D): the first segment's base embedding reads the memory
-        embedding = self.readout(query, state, torch.ones(state.shape[:2], dtype=torch.bool, device=state.device))
+        query = window.unsqueeze(1)  # (B, 1, D): the window embedding reads the final memory
+        read = self.readout(query, state, torch.ones(state.shape[:2], dtype=torch.bool, device=state.device))
+        embedding = query + self.residual_projection(read - query)  # (B, 1, D); exactly the window at init
         return GeolipOutput(last_hidden_state=embedding, pooler_output=l2_normalize(embedding[:, 0]),
                             segment_anchors=anchors)
 
@@ -257,7 +291,7 @@ class GeolipModel(GeolipPreTrainedModel):
             with torch.inference_mode():
                 for start in tqdm(starts, desc="encode", disable=not show_progress_bar):
                     rows = order[start:start + batch_size]
-                    output = self.embed_segments(*self.segments([content_ids[i] for i in rows]))
+                    output = self.embed([content_ids[i] for i in rows])
                     embeddings[rows] = output.pooler_output.float()
         finally:
             if was_training:

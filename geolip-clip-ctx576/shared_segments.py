@@ -5,6 +5,8 @@ A text of L content tokens (special tokens excluded) becomes segments of `size` 
 tokens, at most `max_segments` of them. Segment i covers tokens [i stride, i stride + size); consecutive segments
 share size - stride tokens; the last one may be shorter. With the published 18 / 14 / 32 there are 32 x 18 = 576
 token slots, but they cover only 18 + 31 x 14 = 452 distinct tokens (`covered_tokens`); later tokens are dropped.
+A base's own window (`window_batch`) is what it reads of a text at once: its first `window - 2` content tokens
+between its two special tokens (CLIP: 77 positions, 75 content tokens).
 """
 
 import math
@@ -46,3 +48,12 @@ def segment_batch(texts_ids, size, stride, max_segments, bos_id, eos_id, pad_id)
         input_ids[row, :len(ids)] = torch.tensor(ids)
         attention_mask[row, :len(ids)] = 1
     return input_ids, attention_mask, torch.tensor(text), counts
+
+
+def window_batch(texts_ids, window, bos_id, eos_id, pad_id):
+    """Each text's own window as ONE batch for the base encoder: [bos, its first window - 2 content tokens, eos],
+    right-padded to `window` (>= 3). Returns input_ids and attention_mask (B, window)."""
+    if window < 3:
+        raise ValueError(f"a window needs room for two special tokens and one of content: got {window}")
+    input_ids, attention_mask, _, _ = segment_batch(texts_ids, window - 2, window - 2, 1, bos_id, eos_id, pad_id)
+    return input_ids, attention_mask

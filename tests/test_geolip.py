@@ -1,5 +1,6 @@
 """geolip-clip-ctx576 on a tiny random CLIPTextModel (no CLIP weights install from PyPI): the folder's own remote
-code end to end, one batched base call, the explicit memory state, and bad inputs."""
+code end to end, the window and the segments each in one batched base call, an untrained memory adding exactly
+nothing to the base on its window, the explicit memory state, and bad inputs."""
 
 import json
 import os
@@ -19,7 +20,7 @@ from tools.glyph.tokenizer import train_tokenizer
 GEOLIP = ROOT / "geolip-clip-ctx576"
 TINY_BASE = {"hidden_size": 32, "intermediate_size": 64, "num_attention_heads": 2, "num_hidden_layers": 3,
              "projection_dim": 32, "max_position_embeddings": 40}
-TINY = {"fusion_layers": 3, "memory_slots": 8, "memory_heads": 2, "teacher_dim": 48}
+TINY = {"base_window": 24, "fusion_layers": 3, "memory_slots": 8, "memory_heads": 2, "teacher_dim": 48}
 TEXTS = ["a dog runs on the beach", "two children play football in a park near a tall building " * 6, "red"]
 
 
@@ -38,7 +39,8 @@ def published_folder(destination, **overrides):
 
 def geolip_folder(destination, captions, **overrides):
     """The published config with a tiny random CLIP text base, a BPE tokenizer trained on `captions` (CLIP's is not
-    installable offline) and `overrides`; weights saved, loadable by from_pretrained."""
+    installable offline) and `overrides`; weights saved, loadable by from_pretrained, with the readout's residual
+    projection drawn at random (as after training: untrained, the memory adds nothing)."""
     tokenizer = train_tokenizer(captions, vocab_size=400, max_length=77)
     base = {**TINY_BASE, "vocab_size": len(tokenizer), "bos_token_id": tokenizer.bos_token_id,
             "eos_token_id": tokenizer.eos_token_id, "pad_token_id": tokenizer.pad_token_id}
@@ -47,6 +49,8 @@ def geolip_folder(destination, captions, **overrides):
     torch.manual_seed(0)
     model = AutoModel.from_config(AutoConfig.from_pretrained(destination, trust_remote_code=True),
                                   trust_remote_code=True)
+    with torch.no_grad():
+        model.residual_projection.weight.normal_(std=0.5)
     model.save_pretrained(destination)
     return destination
 
@@ -72,7 +76,7 @@ def test_encode_shapes_and_forward_output(tiny):
     np.testing.assert_allclose(output.pooler_output.numpy(), many, atol=1e-5)
 
 
-def test_every_segment_goes_through_the_base_in_one_call(tiny):
+def test_the_windows_and_every_segment_go_through_the_base_in_one_call_each(tiny):
     _, model = tiny
     calls = []
     handle = model.base.register_forward_hook(lambda module, args, kwargs, output: calls.append(kwargs["input_ids"]),
@@ -81,8 +85,39 @@ def test_every_segment_goes_through_the_base_in_one_call(tiny):
         model.encode(TEXTS, batch_size=8)
     finally:
         handle.remove()
-    segments = sum(len(ids) > 0 for ids in model.content_ids(TEXTS))  # at least one each
-    assert len(calls) == 1 and calls[0].shape[0] > segments  # the long text has several, all in the one call
+    windows, segments = sorted(calls, key=len)
+    assert len(calls) == 2 and windows.shape == (3, 24)  # every text's window in one call
+    assert segments.shape[0] > 3 and segments.shape[1] == 18 + 2  # the long text has several, all in the other
+
+
+def test_an_untrained_memory_is_exactly_the_base_on_its_window(tiny):
+    """Built from the config, the residual projection is zero, so the model's embedding is bit for bit the base's
+    own embedding (CLIP's: its state at the closing token) of the text's first base_window tokens, computed here by
+    the tokenizer and the base alone. (Not pooler_output: with this tokenizer's closing id, 2, CLIPTextModel takes
+    the legacy argmax of the ids, which real CLIP only gets right because its closing id is the largest.)"""
+    folder, trained = tiny
+    model = AutoModel.from_config(AutoConfig.from_pretrained(folder, trust_remote_code=True),
+                                  trust_remote_code=True).eval()
+    model.tokenizer = trained.tokenizer
+    assert not model.residual_projection.weight.any()  # transformers' post_init kept the zero initialisation
+    batch = model.tokenizer(TEXTS, truncation=True, max_length=24, padding="max_length", return_tensors="pt")
+    assert batch["attention_mask"][1].all()  # the long text fills the window: the rest is past it
+    with torch.no_grad():
+        states = model.base(**batch).last_hidden_state
+        window = states[torch.arange(3), (batch["input_ids"] == model.tokenizer.eos_token_id).int().argmax(dim=1)]
+        output = model(texts=TEXTS)
+    assert torch.equal(output.last_hidden_state[:, 0], window)
+    with torch.no_grad():  # trained (as the fixture's folder is), the memory adds what lies past the window
+        model.residual_projection.weight.copy_(trained.residual_projection.weight)
+        assert not torch.allclose(model(texts=TEXTS).last_hidden_state[1, 0], window[1], atol=1e-3)
+
+
+def test_from_pretrained_loads_the_trained_residual_projection(tiny):
+    from safetensors.torch import load_file
+
+    folder, model = tiny
+    saved = load_file(folder / "model.safetensors")["residual_projection.weight"]
+    assert saved.any() and torch.equal(model.residual_projection.weight, saved)  # not re-initialised to zero
 
 
 def test_memory_state_is_explicit_and_starts_from_the_bank(tiny):
@@ -114,9 +149,9 @@ def test_memory_changes_long_texts_and_the_base_stays_frozen(tiny):
     model.eval()
     trainable = sum(p.numel() for p in model.trainable_parameters())
     assert trainable == sum(p.numel() for p in model.parameters()) - sum(p.numel() for p in model.base.parameters())
-    # the text cut after its first segment is a different input for the memory: the embeddings differ
+    # the text cut after its window is a different input for the memory: the embeddings differ
     long_ids = model.content_ids([TEXTS[1]])[0]
-    first_window = model.tokenizer.decode(long_ids[:18])
+    first_window = model.tokenizer.decode(long_ids[:24 - 2])
     assert not np.allclose(model.encode(TEXTS[1]), model.encode(first_window), atol=1e-4)
 
 
@@ -140,10 +175,19 @@ def test_config_rejects_bad_values(tmp_path):
     for i, (override, message) in enumerate([
             ({"segment_stride": 20}, "skip tokens"), ({"base_pooling": "cls"}, "base_pooling"),
             ({"fusion_layers": 14}, "fusion_layers"), ({"memory_heads": 5}, "memory_heads"),
-            ({"segment_size": 80}, "positions")]):
+            ({"segment_size": 80}, "positions"), ({"base_window": 2}, "at least 3"),
+            ({"base_window": 78}, r"base_window \(78\) .* the base's 77 positions"),
+            ({"segment_size": 20, "segment_stride": 10, "max_segments": 5},
+             "cover 60 content tokens, no more than the base_window's 75")]):
         folder = published_folder(tmp_path / f"bad-{i}", **override)
         with pytest.raises(Exception, match=message):
             AutoConfig.from_pretrained(folder, trust_remote_code=True)
+
+
+def test_a_config_saved_before_base_window_loads_with_clip_s_77(tmp_path):
+    config = AutoConfig.from_pretrained(published_folder(tmp_path / "old"), trust_remote_code=True)
+    assert "base_window" not in json.loads((tmp_path / "old" / "config.json").read_text())
+    assert config.base_window == 77 and config.base.max_position_embeddings == 77
 
 
 LOAD_AND_ENCODE = textwrap.dedent("""
@@ -169,7 +213,8 @@ def test_fresh_process_loads_the_folder_with_automodel_and_reproduces_embeddings
 
 def test_parameter_counts_at_clip_l_size(capsys, tmp_path):
     """The published shape, built on the meta device (no memory): CLIP-L's text tower is 123.06M parameters, and
-    this memory system trains 36.87M (the published one: 34.5M; the spec leaves its inner widths open)."""
+    this memory system trains 37.46M (the published one: 34.5M; the spec leaves its inner widths open; the readout's
+    residual projection adds 768 x 768)."""
     config = AutoConfig.from_pretrained(published_folder(tmp_path / "published"), trust_remote_code=True)
     with torch.device("meta"):
         model = AutoModel.from_config(config, trust_remote_code=True)
@@ -178,4 +223,4 @@ def test_parameter_counts_at_clip_l_size(capsys, tmp_path):
     with capsys.disabled():
         print(f"\ngeolip at CLIP-L size: frozen base {base:,}, trainable {trainable:,}")
     assert base == 123_060_480
-    assert trainable == 36_868_614
+    assert trainable == 36_868_614 + 768 * 768

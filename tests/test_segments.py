@@ -1,9 +1,10 @@
-"""shared_modeling/segments.py: which tokens each segment covers, the 452 vs 576 question, and the batched layout."""
+"""shared_modeling/segments.py: which tokens each segment covers, the 452 vs 576 question, the batched layout, and
+the base's own window."""
 
 import pytest
 import torch
 
-from shared_modeling.segments import covered_tokens, segment_batch, segment_spans
+from shared_modeling.segments import covered_tokens, segment_batch, segment_spans, window_batch
 
 PUBLISHED = dict(size=18, stride=14, max_segments=32)
 
@@ -42,3 +43,14 @@ def test_segment_batch_lays_every_segment_of_every_text_in_one_batch():
     assert input_ids[2].tolist() == [1, *range(114, 132), 2]
     assert input_ids[3].tolist() == [1, *range(128, 140), 2] + [0] * 6 and attention_mask[3].sum() == 14
     assert torch.equal(attention_mask.bool(), input_ids.ne(0))
+
+
+def test_window_batch_holds_each_text_s_first_window_minus_two_tokens_between_its_special_tokens():
+    short, long = [5, 6, 7], list(range(100, 200))
+    input_ids, attention_mask = window_batch([short, long], 77, bos_id=1, eos_id=2, pad_id=0)
+    assert input_ids.shape == attention_mask.shape == (2, 77)  # always the window: a text's row never depends on others
+    assert input_ids[0].tolist() == [1, 5, 6, 7, 2] + [0] * 72 and attention_mask[0].sum() == 5
+    assert input_ids[1].tolist() == [1, *range(100, 175), 2] and attention_mask[1].all()  # 75 content tokens
+    assert window_batch([short], 3, 1, 2, 0)[0].tolist() == [[1, 5, 2]]
+    with pytest.raises(ValueError, match="two special tokens and one of content: got 2"):
+        window_batch([short], 2, 1, 2, 0)

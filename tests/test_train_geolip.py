@@ -1,5 +1,6 @@
 """tools/train_geolip.py, tools/evaluate_geolip.py and tools/export_geolip.py end to end on a tiny frozen BERT base
-and a tiny teacher (real long descriptions); the retrieval measures on known cases."""
+and a tiny teacher (real long descriptions); the spliced-tails groups (real descriptions, the real uncased
+tokenizer); the retrieval measures on known cases."""
 
 import dataclasses
 import json
@@ -10,7 +11,7 @@ import torch
 from transformers import AutoModel
 
 from conftest import ROOT, assert_card_from_records, tiny_teacher
-from tools import evaluate_geolip, export_geolip, train_geolip
+from tools import corpus, evaluate_geolip, export_geolip, teachers, train_geolip
 
 
 def test_tiny_run_trains_evaluates_and_exports_a_loadable_folder(tmp_path, data_dir):
@@ -20,12 +21,19 @@ def test_tiny_run_trains_evaluates_and_exports_a_loadable_folder(tmp_path, data_
             "--validation-texts", "24", "--flickr-captions", "16", "--steps", "4", "--batch-size", "4",
             "--validate-every", "2", "--checkpoint-every", "2", "--log-every", "1", "--init-texts", "16",
             "--cv-target-texts", "3", "--cv-samples", "4", "--fusion-layers", "2", "--memory-slots", "4",
-            "--memory-heads", "2"]
+            "--memory-heads", "2", "--splice-groups", "3"]
     assert train_geolip.main(argv) == 0
     metrics = json.loads((out / "metrics.json").read_text())
-    assert metrics["validation_texts"] >= 24 and metrics["m_acc"]["gallery"] == metrics["validation_texts"]
-    for row in ("memory", "truncated", "segment_mean"):
-        assert 0 <= metrics["m_acc"][row] <= 1
+    final = metrics["final"]
+    assert metrics["validation_texts"] >= 24 and final["gallery"] == metrics["validation_texts"]
+    assert final["splice"] == {"k": 10, "groups": 3, "skipped": 0} and final["base_window"] == 77
+    assert final["whole_window"] == 512  # a plain BERT folder: its position limit
+    assert list(final["rows"]) == list(train_geolip.ROWS)
+    for row in final["rows"].values():
+        assert 0 <= row["m_acc"] <= 1 and -1 <= row["mean_cosine"] <= 1 and 0 <= row["spliced_top1"] <= 1
+    # the rows that stop at the window see one text per group: exactly 1 in 10; the teacher finds itself
+    assert final["rows"]["window"]["spliced_top1"] == final["rows"]["first_segment"]["spliced_top1"] == 1 / 10
+    assert final["rows"]["teacher"]["m_acc"] == final["rows"]["teacher"]["spliced_top1"] == 1
     init = metrics["projector_init"]
     assert init["cosine_after"] > init["cosine_before"]  # Procrustes beats a random projector
     assert metrics["cv_target"]["texts"] == 3 and metrics["cv_target"]["value"] > 0
@@ -40,11 +48,14 @@ def test_tiny_run_trains_evaluates_and_exports_a_loadable_folder(tmp_path, data_
     assert all(torch.equal(value, model.base.state_dict()[key]) for key, value in base_weights.items())  # frozen
     assert train_geolip.main(argv) == 0  # complete: nothing to do
 
-    # the evaluation scores final/ against both baselines on the same held-out gallery
+    # the evaluation scores final/ against every baseline on the same held-out gallery and spliced groups
     assert evaluate_geolip.main(["--train", str(out), "--out", str(tmp_path / "eval")]) == 0
     evaluation = json.loads((tmp_path / "eval" / "metrics.json").read_text())
-    assert evaluation["gallery"] == metrics["validation_texts"] and set(evaluation["rows"]) == set(train_geolip.ROWS)
-    assert evaluation["rows"]["memory"]["m_acc"] == pytest.approx(metrics["m_acc"]["memory"], abs=1e-6)
+    assert evaluation["gallery"] == metrics["validation_texts"] and list(evaluation["rows"]) == list(train_geolip.ROWS)
+    assert evaluation["splice"] == final["splice"] and evaluation["whole_window"] == 512
+    for name, row in evaluation["rows"].items():
+        for key in ("m_acc", "mean_cosine", "spliced_top1"):
+            assert row[key] == pytest.approx(final["rows"][name][key], abs=1e-5)
     assert evaluation["covered_tokens"] == 452 and evaluation["held_out_segments"]["mean"] > 1
 
     # the export fills a Hub folder that holds only the folder's own code, then writes the card from the records
@@ -56,11 +67,29 @@ def test_tiny_run_trains_evaluates_and_exports_a_loadable_folder(tmp_path, data_
                                str(tmp_path / "export"), "--to", str(folder), "--parity-texts", "4"]) == 0
     export = json.loads((tmp_path / "export" / "metrics.json").read_text())
     assert export["max_difference"] <= 1e-5 and export["hidden_size"] == 32 and export["teacher_dim"] == 48
-    assert export["clip_l_trainable"] == 36_868_614
+    assert export["clip_l_trainable"] == 36_868_614 + 768 * 768  # the readout's residual projection
     card = (folder / "README.md").read_text()
     assert f"| {evaluation['rows']['memory']['m_acc']:.3f} |" in card and "not the CLIP-L model" in card
     assert "452 distinct tokens" in card and (folder / "model.safetensors").exists()
+    assert "CLIP-sized window of 77 tokens" in card and "spliced-tails top-1 (of 10, 3 groups)" in card
+    for name in train_geolip.ROWS:  # every row, in the table
+        assert f"| {export_geolip.row_name(name, evaluation)} | {evaluation['rows'][name]['m_acc']:.3f} |" in card
+    rows = evaluation["rows"]
+    assert export["goals"]["m_acc_above_window"]["met"] == (rows["memory"]["m_acc"] > rows["window"]["m_acc"])
+    assert export["goals"]["spliced_top1"]["value"] == rows["memory"]["spliced_top1"]
+    for name in export_geolip.BASELINES:  # said plainly wherever the memory does not beat a baseline on m_acc
+        lost = rows["memory"]["m_acc"] <= rows[name]["m_acc"]
+        assert (f"{export_geolip.row_name(name, evaluation)} on m_acc (" in card) == lost
     assert_card_from_records(tmp_path / "export", folder)
+
+    # with an ablation run (here the same evaluation, for the code path) the card compares them and names the shipped
+    assert export_geolip.main(["--train", str(out), "--eval", str(tmp_path / "eval"), "--ablation",
+                               str(tmp_path / "eval"), "--out", str(tmp_path / "export-ablation"), "--to", str(folder),
+                               "--parity-texts", "2"]) == 0
+    card = (folder / "README.md").read_text()
+    assert "## Ablation" in card and "This folder ships the 18 / 14 run. Against the\n18 / 14 run, its memory " \
+        "measures the same on m_acc, mean cosine to the teacher, spliced-tails top-1." in card
+    assert_card_from_records(tmp_path / "export-ablation", folder)
     assert export["embedding_space"] == AutoModel.from_pretrained(folder, trust_remote_code=True).embedding_space
     (tmp_path / "eval" / "metrics.json").write_text(json.dumps({**evaluation, "weights_sha256": "0" * 64}))
     with pytest.raises(SystemExit, match="other weights"):
@@ -105,3 +134,81 @@ def test_the_teacher_cache_is_used_only_for_the_same_teacher_precision_and_texts
     train_geolip.teacher_embeddings(config, CountingTeacher(), ["one", "three"])
     assert len(calls) == 4  # another precision, teacher or text list is embedded again
     assert train_geolip.cached_teacher_embeddings(config, ["one", "two"]) is None  # the file now holds the last
+
+
+@pytest.fixture(scope="module")
+def held_out(data_dir):
+    """Real held-out ImageInWords descriptions and all-MiniLM-L6-v2's (uncased WordPiece) tokenizer."""
+    from transformers import AutoTokenizer
+
+    texts = corpus.split_by_image(corpus.imageinwords_by_image(data_dir), 120, seed=0)[1]
+    return texts, AutoTokenizer.from_pretrained(teachers.minilm_l6_folder())
+
+
+def test_spliced_texts_share_their_first_base_window_tokens_exactly_and_differ_after(held_out):
+    texts, tokenizer = held_out
+    spliced, skipped = train_geolip.spliced_tails(tokenizer, texts, 77, 10, 8, seed=0)
+    assert len(spliced) == 8 * 10 and skipped == 0
+    for g in range(8):
+        group = spliced[g * 10:(g + 1) * 10]
+        tokens = tokenizer(group, verbose=False)["input_ids"]  # special tokens included, as the base reads them
+        assert all(row[:77] == tokens[0][:77] for row in tokens)
+        assert len({tuple(row[77:]) for row in tokens}) == 10  # ... and all differ after them
+    assert spliced != train_geolip.spliced_tails(tokenizer, texts, 77, 10, 8, seed=1)[0]  # the seed draws the groups
+
+
+def test_spliced_groups_whose_tokens_do_not_reproduce_the_prefix_are_skipped(held_out):
+    texts, tokenizer = held_out
+
+    def shifts_long_texts(batch, **options):
+        """The real tokenizer, except that in a list a text longer than 800 characters gets one more first token:
+        a spliced text no longer starts with its prefix's tokens (the prefix is tokenised alone, a str)."""
+        encoded = tokenizer(batch, **options)
+        if isinstance(batch, list) and not options.get("return_offsets_mapping"):
+            for text, row in zip(batch, encoded["input_ids"]):
+                if len(text) > 800:
+                    row.insert(0, 0)
+        return encoded
+
+    spliced, skipped = train_geolip.spliced_tails(shifts_long_texts, texts, 77, 10, 8, seed=0)
+    assert skipped > 0 and len(spliced) == (8 - skipped) * 10
+
+
+def test_texts_that_end_within_the_window_give_no_spliced_groups(held_out, capsys):
+    _, tokenizer = held_out
+    assert train_geolip.spliced_tails(tokenizer, ["a dog runs on the beach"] * 30, 77, 10, 8, seed=0) == ([], 0)
+    assert "0 held-out texts run past the 77-token window" in capsys.readouterr().out
+
+
+def test_spliced_top1_on_known_cases():
+    targets = torch.eye(6)
+    assert train_geolip.spliced_top1(targets * 2, targets, 3) == 1  # each finds its own within its group
+    one_per_group = targets.view(2, 3, 6)[:, :1].expand(2, 3, 6).reshape(6, 6)  # a group's texts share one embedding
+    assert train_geolip.spliced_top1(one_per_group, targets, 3) == 1 / 3
+
+
+def test_goals_and_rows_of_a_clip_base_that_has_no_whole_text_row():
+    """A CLIP base reads no more than its 77-token window: the whole-text row is n/a, and so is the share of the gap
+    to it; the other goals are marked from the numbers."""
+    def row(m_acc, cosine, spliced):
+        return {"m_acc": m_acc, "recall_at_5": m_acc, "mrr": m_acc, "mean_cosine": cosine, "spliced_top1": spliced}
+
+    evaluation = {"gallery": 500, "base_window": 77, "whole_window": None, "segment_size": 18,
+                  "splice": {"k": 10, "groups": 50, "skipped": 0},
+                  "rows": {"memory": row(0.95, 0.70, 0.92), "window": row(0.90, 0.80, 0.1),
+                           "first_segment": row(0.6, 0.5, 0.1), "segment_mean": row(0.96, 0.6, 0.5),
+                           "teacher": row(1.0, 1.0, 1.0)}}
+    config = export_geolip.Config(train=ROOT, eval=ROOT, out=ROOT)
+    goals = export_geolip.goals(evaluation, config)
+    assert goals["gap_closed"]["met"] is None and "no whole-text row" in goals["gap_closed"]["why"]
+    assert goals["m_acc_above_window"]["met"] and goals["spliced_top1"]["met"] and goals["gallery"]["met"]
+    assert not goals["cosine_above_window"]["met"]
+    table = export_geolip.retrieval_table(evaluation)
+    assert "| the base reading the whole text | n/a: the base reads no more than its window |" in table
+    assert "| **memory (this model)** | 0.950 | 0.950 | 0.950 | 0.700 | 0.920 |" in table
+    assert export_geolip.shortfalls(evaluation) == (
+        "**Where the memory does not beat a baseline:** the base on its window (77 tokens) on mean cosine to the "
+        "teacher (0.700 vs 0.800); the mean of the base's per-segment embeddings on m_acc (0.950 vs 0.960), "
+        "recall@5 (0.950 vs 0.960), MRR (0.950 vs 0.960).")
+    assert "| mean cosine to the teacher above the base on its window | 0.700 | > 0.800 | **missed** |" in \
+        export_geolip.goals_table(goals, evaluation)

@@ -477,7 +477,7 @@ def main(argv=None):
                         len(pieces) / ours, len(pieces) / theirs, theirs / ours, (">=", 3.0)))
         lengths = [cut[0] + (segments - 1) * cut[1] for segments in (1, 4, 8, 16, 32)]  # 18 .. 452 tokens
         by_length = {n: [ids[:n] for ids in content] for n in lengths}
-        latency = race({n: in_dtype(lambda ids=ids: geolip.embed_segments(*geolip.segments(ids)), "fp32")
+        latency = race({n: in_dtype(lambda ids=ids: geolip.embed(ids), "fp32")
                         for n, ids in by_length.items()}, config.repeats, "geolip encode vs length")
         one_segment = statistics.median(latency[lengths[0]])
         for n, ids in by_length.items():

@@ -60,7 +60,7 @@ class Budget:
     arms: tuple = ()  # AMOE solo arms: (data, steps); "silver" is the silver_pairs step's file
     glyph: tuple = ()  # tools/train_glyph.py options
     geolip: tuple = ()  # tools/train_geolip.py options
-    geolip_ablation: bool = False  # also train and score geolip with 55-token segments (the card's ablation row)
+    geolip_ablation: bool = False  # also train and score geolip with 55-token segments (the card compares the runs)
 
 
 BUDGETS = {

