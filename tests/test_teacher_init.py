@@ -118,3 +118,23 @@ def test_a_student_that_cannot_be_selected_is_refused(student):
         teacher_init.select(student.config, teacher.config, "even")
     with pytest.raises(ValueError, match="importance"):
         teacher_init.select(student.config, tiny_bert(48, 3, 96).config, "importance")
+
+
+def test_static_table_is_written_by_token_string_and_the_rest_stays_random(tokenizer, tmp_path):
+    student = build_from_folder(captionbert_copy(tmp_path / "student", **TINY_CAPTIONBERT))
+    weight = student.embeddings.word_embeddings.weight
+    before = weight.detach().clone()
+    width = weight.shape[1]
+    vectors = np.stack([np.full(width, 1.0), np.full(width, 2.0), np.full(width, -3.0)]).astype(np.float32)
+    vocabulary = {"dog": 0, "##s": 1, "not-a-student-token": 2}
+
+    assert teacher_init.copy_static(student, tokenizer, vectors, vocabulary) == 2
+    ids = tokenizer.convert_tokens_to_ids
+    scale = before.norm(dim=1).mean() / torch.as_tensor(vectors[:2]).norm(dim=1).mean()
+    torch.testing.assert_close(weight[ids("dog")], torch.full((width,), 1.0) * scale)
+    torch.testing.assert_close(weight[ids("##s")], torch.full((width,), 2.0) * scale)
+    untouched = torch.ones(len(weight), dtype=torch.bool)
+    untouched[[ids("dog"), ids("##s")]] = False
+    assert torch.equal(weight[untouched], before[untouched])
+    with pytest.raises(ValueError, match="-d"):
+        teacher_init.copy_static(student, tokenizer, vectors[:, :3], vocabulary)

@@ -49,7 +49,7 @@ from tools import corpus, runs, teacher_init, training
 
 CAPTIONBERT = runs.ROOT / "captionbert-8192-v2"
 GROUP_BATCHES = 64  # batches per length-sorted group of the bucketed shuffle
-INITS = ("scratch", "select")
+INITS = ("scratch", "select", "static")
 
 
 @dataclass
@@ -72,12 +72,14 @@ class Config:
     checkpoint_every: int = 100  # steps between atomic checkpoints
     log_every: int = 10  # steps between history / TensorBoard points
     seed: int = 0  # initialisation, data order and dropout
-    init: str = "scratch"  # scratch (the published recipe) | select: weight selection from init_teacher
-    init_teacher: str = "teacher:all-mpnet-base-v2"  # --init select: teacher:all-mpnet-base-v2 or a BERT/MPNet folder
+    init: str = "scratch"  # scratch (the published recipe) | select: weight selection from init_teacher | static:
+    #                        token embeddings alone from init_teacher's static (model2vec) distillation
+    init_teacher: str = "teacher:all-mpnet-base-v2"  # select / static: teacher:all-mpnet-base-v2 or a BERT/MPNet folder
     init_selection: str = "importance"  # --init select: importance (measured on init_texts) | even (evenly spaced)
-    init_texts: int = 2048  # --init select: training texts the importance is measured on and the head fitted on
-    init_head: str = "fit"  # --init select: fit (least squares of the head's last Linear onto those texts' consensus
-    #                         rows) | random
+    init_texts: int = 2048  # --init select / static: training texts the importance is measured on and the head
+    #                         fitted on
+    init_head: str = "fit"  # --init select / static: fit (least squares of the head's last Linear onto those
+    #                         texts' consensus rows) | random
     max_batch_tokens: int | None = None  # cap on rows x longest row of a batch (long texts make smaller batches)
     expected_teachers: list[str] = field(default_factory=list)  # the preset's roster, checked against the consensus
 
@@ -294,20 +296,25 @@ def main(argv=None):
                          f"{targets.shape[1]}-d: give --model a captionbert folder with output_dim {targets.shape[1]}")
     model = AutoModel.from_config(model_config, trust_remote_code=True)
     init = {"kind": "scratch"}
-    if config.init == "select" and not (config.out / "checkpoint.pt").exists():  # a resumed run has its weights
+    if config.init != "scratch" and not (config.out / "checkpoint.pt").exists():  # a resumed run has its weights
         started = time.perf_counter()
-        sample = [texts[i] for i in training_rows[:config.init_texts]]
-        init = teacher_init.initialise(model, tokenizer, config.init_teacher, config.init_selection, sample)
+        if config.init == "select":
+            sample = [texts[i] for i in training_rows[:config.init_texts]]
+            init = teacher_init.initialise(model, tokenizer, config.init_teacher, config.init_selection, sample)
+        else:
+            init = teacher_init.initialise_static(model, tokenizer, config.init_teacher)
         init["head"] = {"kind": config.init_head}
         if config.init_head == "fit":
             rows = training_rows[:config.init_texts]
             batches = ((*collate(token_ids, rows[i:i + 128], tokenizer.pad_token_id), targets[rows[i:i + 128]].float())
                        for i in range(0, len(rows), 128))
             init["head"]["fit_cosine"] = round(teacher_init.fit_head(model, batches), 4)
+            init["head"]["texts"] = len(rows)
         init["seconds"] = round(time.perf_counter() - started, 1)
-        print(f"weight selection from {config.init_teacher} ({config.init_selection}): {init['tokens_mapped']:,} "
-              f"of {init['vocab_size']:,} tokens mapped, {init['positions_from_teacher']} positions, "
-              f"head {init['head']}, {init['seconds']} s")
+        how = (f"weight selection ({config.init_selection})" if config.init == "select" else
+               "static token embeddings")
+        print(f"{how} from {config.init_teacher}: {init['tokens_mapped']:,} of {init['vocab_size']:,} tokens mapped, "
+              f"{init.get('positions_from_teacher', 0)} positions, head {init['head']}, {init['seconds']} s")
     model = model.to(device).train()
     optimizer = training.adam(model.parameters(), config.learning_rate)
     schedule = get_cosine_schedule_with_warmup(optimizer, config.warmup_steps, config.steps)

