@@ -3,6 +3,7 @@ tools/train_amoe.py end to end (solo -> dispatch -> select) on a tiny trunk."""
 
 import itertools
 import json
+import math
 import shutil
 
 import pytest
@@ -177,3 +178,18 @@ def test_train_amoe_solo_dispatch_select_end_to_end(tiny_trunk, tmp_path, data_d
     assert any(line.startswith("| control (") for line in card.splitlines())
     cells = {cell.strip() for line in card.splitlines() if line.startswith("|") for cell in line.split("|")}
     assert not cells & {"None", "nan"}
+
+    # A selection where no candidate clears the bar is a result, not a failure: the run completes, records every
+    # comparison, writes no amoe/ library, and the card's section says no collective ships and why.
+    monkeypatch.setattr(train_amoe, "greedy_selection", lambda names, score, bar: real_selection(names, score, math.inf))
+    rejected = tmp_path / "select-rejected"
+    assert train_amoe.main(["select", "--solo", str(solo), "--candidates", "equiv", "sts", "--out", str(rejected),
+                            "--steps", "3", *common]) == 0
+    record = json.loads((rejected / "metrics.json").read_text())
+    assert record["shipped"] is None and not (rejected / "amoe").exists()
+    assert [step["verdict"] for step in record["steps"]] == ["rejected"]
+    assert set(record["rows"]) == {"trunk", "solo equiv", "solo sts"}
+    card = export_captionbert.amoe_section(record, None)
+    assert "**No collective ships with this build.**" in card and f"{record['bar']:.4f}" in card
+    assert f"{record['steps'][0]['margin_over_control']:+.4f}" in card
+    assert f"{record['rows']['solo sts']['mean']:.4f}" in card

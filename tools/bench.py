@@ -24,9 +24,10 @@ captions, tokenized by captionbert's tokenizer. One run measures:
   6. AMOE arms: captionbert.encode with a collective attached through attach_amoe (random arms with non-zero
      outputs, written as arm files; speed does not depend on the weights) vs the bare trunk, fp32 and bf16, at two
      sizes: the shipped collective's (its roster in captionbert-8192-v2/amoe/arms/ARMS.json; target <= 1.15x the
-     bare latency) and `--arms` (3, the published collective's size; reported). With every arm off (amoe_off) the
+     bare latency; none when the folder ships no collective) and `--arms` (3, the published collective's size;
+     reported). With every arm off (amoe_off) the
      embeddings must equal the bare trunk's bit for bit (target: equal), and its latency is reported beside. Also
-     reported: the arithmetic floor of the shipped size, (model FLOPs of (2) + the arms' FLOPs counted from the
+     reported: the arithmetic floor of the first size, (model FLOPs of (2) + the arms' FLOPs counted from the
      spec) / model FLOPs, the latency ratio a kernel running the arms at the trunk's FLOP rate would reach.
   7. glyph-embedder-v2: embeddings per second of its GGUF in llama.cpp (llama-cpp-python; f32 and f16) vs PyTorch
      fp32 (RobertaModel + masked mean pool, batches of --batch-size) on the same generated glyph strings, a random
@@ -199,6 +200,12 @@ def arm_flops_per_token(hidden, arms):
     address = SLOTS // GROUP_WIDTH * 2 * (2 * ATOMS * (GROUP_WIDTH + 1))
     arm = SLOTS * hidden + address + SLOTS * HEAD_WIDTH + HEAD_WIDTH * hidden
     return 2 * (dispatch + arms * arm)
+
+
+def shipped_arm_count():
+    """Arms in captionbert-8192-v2's shipped collective (the roster in its ARMS.json); 0 when it ships none."""
+    arms_json = CAPTIONBERT / "amoe" / "arms" / "ARMS.json"
+    return len(json.loads(arms_json.read_text())["roster"]) if arms_json.is_file() else 0
 
 
 def write_random_collective(folder, model, arms, seed):
@@ -396,9 +403,10 @@ def main(argv=None):
         # ---- 6: AMOE arms on vs the bare trunk (an identical copy); every arm off must be the bare trunk --------
         captionbert.eval()
         bare_trunk = copy.deepcopy(captionbert)
-        shipped = len(json.loads((CAPTIONBERT / "amoe" / "arms" / "ARMS.json").read_text())["roster"])
+        shipped = shipped_arm_count()
+        sizes = [arms for arms in dict.fromkeys((shipped, config.arms)) if arms]
         attached = {}  # arm count -> a copy of the trunk with that many arms attached
-        for arms in dict.fromkeys((shipped, config.arms)):
+        for arms in sizes:
             attached[arms] = copy.deepcopy(bare_trunk)
             with tempfile.TemporaryDirectory() as folder:
                 write_random_collective(Path(folder), attached[arms], arms, config.seed)
@@ -413,15 +421,15 @@ def main(argv=None):
         outputs = {"bare": bare_trunk.encode(texts, batch_size=size, show_progress_bar=False),
                    **{arms: model.encode(texts, batch_size=size, show_progress_bar=False)
                       for arms, model in attached.items()}}
-        with attached[shipped].amoe_off():
-            outputs["off"] = attached[shipped].encode(texts, batch_size=size, show_progress_bar=False)
+        with attached[sizes[0]].amoe_off():
+            outputs["off"] = attached[sizes[0]].encode(texts, batch_size=size, show_progress_bar=False)
         report["amoe"] = {"shipped_arms": shipped, "arms": list(attached),
                           "off_equals_bare": bool(np.array_equal(outputs["off"], outputs["bare"])),
                           "on_differs_from_bare": all(not np.array_equal(outputs[arms], outputs["bare"])
                                                       for arms in attached)}
         for dtype in DTYPES:
             latency = race({**{f"{arms} arms on": in_dtype(encoder(model), dtype) for arms, model in attached.items()},
-                            "arms off": in_dtype(encoder(attached[shipped], arms_off=True), dtype),
+                            "arms off": in_dtype(encoder(attached[sizes[0]], arms_off=True), dtype),
                             "bare": in_dtype(encoder(bare_trunk), dtype)}, config.repeats, f"AMOE encode {dtype}")
             report["seconds"][dtype]["amoe"] = latency
             bare = statistics.median(latency["bare"])
@@ -432,9 +440,9 @@ def main(argv=None):
                                 ours, bare, ours / bare, ("<=", 1.15) if arms == shipped else None))
             ours = statistics.median(latency["arms off"])
             rows.append(row(f"(6) encode {dtype}: every arm off vs bare trunk (latency)", "s", ours, bare, ours / bare))
-        arm_flops = (arm_flops_per_token(shape["hidden_size"], shipped) * sum(lengths)
+        arm_flops = (arm_flops_per_token(shape["hidden_size"], sizes[0]) * sum(lengths)
                      * shape["num_hidden_layers"])
-        rows.append(row(f"(6) arithmetic floor of {shipped} arm(s): (model + arm FLOPs) / model FLOPs", "GFLOP",
+        rows.append(row(f"(6) arithmetic floor of {sizes[0]} arm(s): (model + arm FLOPs) / model FLOPs", "GFLOP",
                         (flops + arm_flops) / 1e9, flops / 1e9, (flops + arm_flops) / flops))
         rows.append(row("(6) fp32 embeddings, every arm off vs bare trunk: equal", "bool",
                         float(report["amoe"]["off_equals_bare"]), 1.0, float(report["amoe"]["off_equals_bare"]),

@@ -16,7 +16,7 @@ What it does:
        SentenceTransformer(trust_remote_code=True) in the same process, which must give AutoModel's embeddings;
     4. with --amoe (a tools/train_amoe.py select run on these weights): copies its amoe/ library into the folder
        and checks, in a fresh process, that attach_amoe() loads the shipped collective and that amoe_off() gives
-       the bare embeddings bit for bit;
+       the bare embeddings bit for bit (a selection where no arm cleared its bar ships no amoe/; the card says so);
     5. writes README.md: the STS-8 table (student, every teacher, all-MiniLM-L6-v2 for scale), how it was built
        (corpus, teachers, alignment, training), the AMOE arms (trunk, solo arms, collective, control; selection,
        amplitude budget, tau sweep) and the known limits re-measured on this run. Nothing is typed.
@@ -390,7 +390,7 @@ is generated from its `shared_modeling/` package.
 def amoe_table(select):
     """STS-8 rows with arms: the trunk, each solo arm, the shipped collective and its control."""
     rows, tasks = select["rows"], [t for t in evaluate.TASKS if t in select["rows"]["trunk"]]
-    trunk, roster = rows["trunk"], select["shipped"]["roster"]
+    trunk, roster = rows["trunk"], (select["shipped"] or {}).get("roster", [])
     lines = ["| row | " + " | ".join(tasks) + " | mean | vs trunk | tasks above trunk |",
              "|" + "---|" * (len(tasks) + 4)]
     for name, row in rows.items():
@@ -402,8 +402,49 @@ def amoe_table(select):
     return "\n".join(lines)
 
 
+def selection_paragraph(select):
+    """The card's record of the greedy forward selection: the rule and every comparison it made."""
+    lines = ["| arm count | candidate | validation mean | control validation mean | margin | verdict |",
+             "|---|---|---|---|---|---|"]
+    for step in select["steps"]:
+        control = step["control"]["validation"]["mean"]
+        for name, trial in sorted(step["candidates"].items(), key=lambda item: -item[1]["validation"]["mean"]):
+            verdict_cell = step["verdict"] if name == step["best"] else "not best"
+            lines.append(f"| {step['arm_count']} | {name} | {trial['validation']['mean']:.4f} | {control:.4f} | "
+                         f"{trial['validation']['mean'] - control:+.4f} | {verdict_cell} |")
+    table = "\n".join(lines)
+    return f"""**Selection** (greedy forward, tools/train_amoe.py select). Every comparison is on the validation suite (STS-B dev,
+MRPC test, SNLI test; held-out text removed), never on STS-8. At each arm count every candidate is compared with
+the untrained control at the same count; the best is accepted only if its margin beats the bar = the largest
+two-seed spread of the candidates' solo validation scores ({select['bar']:.4f}).
+
+{table}"""
+
+
+def no_collective_section(select):
+    """The card's AMOE part when no candidate cleared the bar: the trunk ships alone, and the card says why."""
+    first = select["steps"][0]
+    return f"""## AMOE arms
+
+**No collective ships with this build.** Arms (small adapters on the frozen trunk's residual stream, mixed per token
+by a learned dispatch) were trained and selected as in the paper's recipe, but at one arm the best candidate,
+{first['best']}, beat the untrained control by {first['margin_over_control']:+.4f} on the validation suite, inside
+the bar of {select['bar']:.4f} (the largest two-seed spread of the candidates' solo scores): a difference the seeds
+alone produce. This folder has no `amoe/`, so `attach_amoe()` raises `FileNotFoundError`; the model is the trunk.
+
+**STS-8 of the trunk and of each candidate arm alone** (same protocol as above):
+
+{amoe_table(select)}
+
+{selection_paragraph(select)}
+
+"""
+
+
 def amoe_section(select, arms_json):
     """The card's AMOE part, from a tools/train_amoe.py select run (metrics.json) and its ARMS.json."""
+    if select["shipped"] is None:
+        return no_collective_section(select)
     rows, tasks = select["rows"], [t for t in evaluate.TASKS if t in select["rows"]["trunk"]]
     trunk = rows["trunk"]
     roster = select["shipped"]["roster"]
@@ -412,16 +453,9 @@ def amoe_section(select, arms_json):
     verdict = ("meets" if gain > 0 and above >= len(tasks) - 1 else "does not meet") + \
         " the bar of beating the trunk on the mean and on all but at most one task"
     goal = "reaches" if gain >= 0.06 else "does not reach"
-    selection = ["| arm count | candidate | validation mean | control validation mean | margin | verdict |",
-                 "|---|---|---|---|---|---|"]
     budget = ["| arm count | roster | amplitude budget (mean sum of abs(w/z)) | routing spread | alarms | stopped |",
               "|---|---|---|---|---|---|"]
     for step in select["steps"]:
-        control = step["control"]["validation"]["mean"]
-        for name, trial in sorted(step["candidates"].items(), key=lambda item: -item[1]["validation"]["mean"]):
-            verdict_cell = step["verdict"] if name == step["best"] else "not best"
-            selection.append(f"| {step['arm_count']} | {name} | {trial['validation']['mean']:.4f} | {control:.4f} | "
-                             f"{trial['validation']['mean'] - control:+.4f} | {verdict_cell} |")
         if step["verdict"] == "accepted":
             best = step["candidates"][step["best"]]
             spread = "-" if best["routing_spread"] is None else f"{best['routing_spread']:.3f}"
@@ -467,12 +501,7 @@ dispatch trained the same way. The collective {verdict}: {gain:+.4f} on the mean
 
 {amoe_table(select)}
 
-**Selection** (greedy forward, tools/train_amoe.py select). Every comparison is on the validation suite (STS-B dev,
-MRPC test, SNLI test; held-out text removed), never on STS-8. At each arm count every candidate is compared with
-the untrained control at the same count; the best is accepted only if its margin beats the bar = the largest
-two-seed spread of the candidates' solo validation scores ({select['bar']:.4f}).
-
-{nl.join(selection)}
+{selection_paragraph(select)}
 
 **Amplitude budget and routing** of the accepted rosters (dispatch training's last check; routing spread = per
 token, the share of blocks that route it away from its most common arm):
@@ -506,9 +535,9 @@ def card_from_records(folder):
     extract, align, distill = Path(config["extract"]), Path(config["align"]), Path(config["distill"])
     amoe = ""
     if config["amoe"] is not None:
-        select = Path(config["amoe"])
-        amoe = amoe_section(runs.read_json(select / "metrics.json"),
-                            runs.read_json(select / "amoe" / "arms" / "ARMS.json"))
+        select = runs.read_json(Path(config["amoe"]) / "metrics.json")
+        amoe = amoe_section(select, None if select["shipped"] is None else
+                            runs.read_json(Path(config["amoe"]) / "amoe" / "arms" / "ARMS.json"))
     card = build_card(runs.read_json(Path(config["eval"]) / "metrics.json"), runs.read_json(extract / "manifest.json"),
                       runs.read_json(extract / "extraction.json"), runs.read_json(align / "report.json"),
                       runs.read_json(distill / "metrics.json"), runs.read_json(distill / "config.json"),
@@ -544,10 +573,10 @@ def main(argv=None):
         write_sentence_transformers_files(config.to)
         if (config.to / "amoe").exists():  # arms belong to one trunk: never leave another build's arms behind
             shutil.rmtree(config.to / "amoe")
-        if select is not None:
+        arms = select is not None and select["shipped"] is not None
+        if arms:
             shutil.copytree(config.amoe / "amoe", config.to / "amoe")
-        exported = fresh_process_embeddings(config.to, amoe=select is not None, sentence_transformers=True,
-                                            identity=True)
+        exported = fresh_process_embeddings(config.to, amoe=arms, sentence_transformers=True, identity=True)
         trained = fresh_process_embeddings(final)
         if exported["embeddings"] != trained["embeddings"]:
             raise SystemExit(f"{config.to} embeds differently from {final} after the copy")
@@ -558,7 +587,7 @@ def main(argv=None):
             raise SystemExit(f"{config.to}: SentenceTransformer differs from AutoModel's encode (max gap "
                              f"{st_gap:.2e}, width {exported['sentence_transformers_dimension']})")
         print(f"it loads with SentenceTransformer (trust_remote_code=True) too: max gap to encode {st_gap:.1e}")
-        if select is not None:
+        if arms:
             if exported["amoe_off"] != exported["embeddings"] or exported["roster"] != select["shipped"]["roster"]:
                 raise SystemExit(f"{config.to}: the shipped arms break the toggle law or the roster differs")
             print(f"attach_amoe() loads the collective {exported['roster']}; amoe_off() equals the bare trunk exactly")
@@ -573,7 +602,8 @@ def main(argv=None):
     print(f"wrote {path}\n")
     print(sts_table(metrics, runs.read_json(config.extract / "manifest.json")))
     if select is not None:
-        print(f"\nAMOE arms on the trunk (shipped collective: {' + '.join(select['shipped']['roster'])})\n")
+        shipped = "none cleared the bar" if select["shipped"] is None else " + ".join(select["shipped"]["roster"])
+        print(f"\nAMOE arms on the trunk (shipped collective: {shipped})\n")
         print(amoe_table(select))
     return 0
 
