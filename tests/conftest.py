@@ -33,9 +33,11 @@ TINY_CAPTIONBERT = dict(hidden_size=32, num_hidden_layers=2, num_attention_heads
 
 
 def captionbert_copy(destination, **overrides):
-    """Copy the captionbert Hub folder (code, config, tokenizer) to `destination` with config overrides."""
+    """Copy the captionbert Hub folder (code, config, tokenizer) to `destination` with config overrides. The copy
+    is an untrained model: the trained length an export wrote into the folder's config is not carried over."""
     shutil.copytree(CAPTIONBERT, destination, ignore=shutil.ignore_patterns("__pycache__", "*.safetensors", "amoe"))
     config = json.loads((destination / "config.json").read_text())
+    config.pop("trained_length", None)
     config.update(overrides)
     (destination / "config.json").write_text(json.dumps(config, indent=2))
     return destination

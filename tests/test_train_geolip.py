@@ -30,7 +30,8 @@ def test_tiny_run_trains_evaluates_and_exports_a_loadable_folder(tmp_path, data_
     assert final["whole_window"] == 512  # a plain BERT folder: its position limit
     assert list(final["rows"]) == list(train_geolip.ROWS)
     for row in final["rows"].values():
-        assert 0 <= row["m_acc"] <= 1 and -1 <= row["mean_cosine"] <= 1 and 0 <= row["spliced_top1"] <= 1
+        assert 0 <= row["m_acc"] <= 1 and 0 <= row["spliced_top1"] <= 1
+        assert abs(row["mean_cosine"]) <= 1 + 1e-6  # float32 cosines of unit vectors overshoot 1 by rounding
     # the rows that stop at the window see one text per group: exactly 1 in 10; the teacher finds itself
     assert final["rows"]["window"]["spliced_top1"] == final["rows"]["first_segment"]["spliced_top1"] == 1 / 10
     assert final["rows"]["teacher"]["m_acc"] == final["rows"]["teacher"]["spliced_top1"] == 1
@@ -129,7 +130,7 @@ def test_the_teacher_cache_is_used_only_for_the_same_teacher_precision_and_texts
     other_run = train_geolip.Config(out=tmp_path / "b", teacher="t", teacher_cache=shared)
     assert (train_geolip.teacher_embeddings(other_run, CountingTeacher(), ["one", "two"]) == first).all()
     assert len(calls) == 1  # the second run read the shared cache
-    for changed in (dataclasses.replace(config, teacher_bf16=False), dataclasses.replace(config, teacher="u")):
+    for changed in (dataclasses.replace(config, teacher_precision="bf16"), dataclasses.replace(config, teacher="u")):
         train_geolip.teacher_embeddings(changed, CountingTeacher(), ["one", "two"])
     train_geolip.teacher_embeddings(config, CountingTeacher(), ["one", "three"])
     assert len(calls) == 4  # another precision, teacher or text list is embedded again

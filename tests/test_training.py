@@ -1,5 +1,6 @@
 """tools/training.py: the shared training loop resumes exactly, keeps frozen parameters out of its checkpoints and
-leaves them untouched, and draws the same batches whatever the step it starts from."""
+leaves them untouched, and draws the same batches whatever the step it starts from; every trainer resolves
+--precision auto to bf16 only where the hardware computes it."""
 
 from dataclasses import dataclass
 from pathlib import Path
@@ -11,6 +12,7 @@ from torch import nn
 from torch.utils.tensorboard import SummaryWriter
 
 from conftest import plant_code
+from tools import train_geolip, train_glyph, training
 from tools.training import batch_at, run_stage
 
 
@@ -19,7 +21,7 @@ class LoopConfig:
     out: Path
     weight_decay: float = 0.01
     warmup_fraction: float = 0.25
-    bf16: bool = False
+    precision: str = "fp32"
     log_every: int = 1
     validate_every: int = 3
     checkpoint_every: int = 2
@@ -83,3 +85,19 @@ def test_batches_depend_only_on_seed_and_step():
     assert len(set(np.concatenate(epoch).tolist())) == 20
     assert np.array_equal(batch_at(5, 23, 5, seed=7), batch_at(5, 23, 5, seed=7))
     assert not np.array_equal(batch_at(4, 23, 5, seed=7), epoch[0])  # a new epoch, a new shuffle
+
+
+@pytest.mark.parametrize("native", [True, False])
+def test_precision_auto_is_bf16_only_where_the_hardware_computes_it(monkeypatch, native):
+    """On a CPU without AVX-512 BF16 or AMX, bf16 autocast is emulated and far slower than float32: every trainer's
+    auto must then run float32, and record what ran."""
+    monkeypatch.setattr(training, "bf16_native", lambda device: native)
+    expected = "bf16" if native else "fp32"
+    assert training.resolve_precision("auto", "cpu") == expected
+    assert training.resolve_precision("fp32", "cpu") == "fp32" and training.resolve_precision("bf16", "cpu") == "bf16"
+    with pytest.raises(SystemExit, match="--precision must be one of auto, bf16, fp32, got 'half'"):
+        training.resolve_precision("half", "cpu")
+    assert train_glyph.parse_config(["--corpus", "c", "--out", "o"]).precision == expected
+    geolip = train_geolip.parse_config(["--out", "o"])
+    assert geolip.precision == expected and geolip.teacher_precision == expected
+    assert train_geolip.parse_config(["--out", "o", "--precision", "fp32"]).precision == "fp32"

@@ -118,8 +118,6 @@ def parse_config(argv):
             raise SystemExit(f"--{name.replace('_', '-')} must be positive")
     if config.batch_size < 2:
         raise SystemExit("--batch-size must be at least 2 (InfoNCE needs in-batch negatives)")
-    if config.precision not in ("auto", "bf16", "fp32"):
-        raise SystemExit(f"--precision must be auto, bf16 or fp32, got {config.precision!r}")
     if config.init not in INITS:
         raise SystemExit(f"--init must be one of {', '.join(INITS)}, got {config.init!r}")
     if config.init_head not in ("fit", "random"):
@@ -272,8 +270,7 @@ def main(argv=None):
         print(f"note: the consensus comes from {teachers}, not the {config.preset} preset's roster "
               f"{config.expected_teachers}", file=sys.stderr)
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    if config.precision == "auto":  # resolved before the run record, which keeps what ran
-        config.precision = "bf16" if training.bf16_native(device) else "fp32"
+    config.precision = training.resolve_precision(config.precision, device)  # before the run record
 
     # Data: tokenise once; hold out validation rows; lengths drive the bucketed shuffle.
     tokenizer = AutoTokenizer.from_pretrained(str(config.model), trust_remote_code=True)

@@ -270,7 +270,7 @@ def build_card(train_config, train, evaluation, export, ablation=None):
     else:
         splice_note = ("**Spliced tails:** no group could be built (no held-out text runs past the window), so the "
                        "spliced-tails column is n/a.")
-    teacher_precision = " in bf16 autocast" if train_config.get("teacher_bf16") else ""
+    teacher_precision = " in bf16 autocast" if train_config["teacher_precision"] == "bf16" else " in float32"
     teacher_time = (f"teacher embeddings {train['teacher_minutes']} min" if train.get("teacher_minutes")
                     else "teacher embeddings read from a cache")
     ablation_text = "" if ablation is None else ablation_section(evaluation, train, *ablation)
@@ -363,9 +363,9 @@ m_acc 0.945 on its CC12M validation captions):
   embeddings of the segment texts of {train['cv_target']['texts']} training texts: {train['cv_target']['value']:.4f}
   (the published run: 0.185 -> 0.162).
 - **Optimisation:** {train_config['steps']:,} steps of {train_config['batch_size']} texts, AdamW (peak lr
-  {train_config['learning_rate']:g}, weight decay {train_config['weight_decay']}), linear warm-up and decay, bf16
-  autocast, seed {train_config['seed']}: {train['training_minutes']} min of training on a 2-core CPU,
-  {export['train_wall_minutes']} min for the whole run ({teacher_time} and evaluations included).
+  {train_config['learning_rate']:g}, weight decay {train_config['weight_decay']}), linear warm-up and decay,
+  {train_config['precision']} forward pass, seed {train_config['seed']}: {train['training_minutes']} min of training
+  on a 2-core CPU, {export['train_wall_minutes']} min for the whole run ({teacher_time} and evaluations included).
 - **Validation m_acc** during training (steps {', '.join(map(str, steps))}): {history}.
 
 ![training curve](training_curve.png)

@@ -227,7 +227,7 @@ claim against every paraphrase and every mutation of the batch: {contrastive['st
 {train_config['contrastive_learning_rate']:g}, final loss {contrastive['final_loss']:.3f},
 {contrastive['training_minutes']} min; validation win rate {contrastive['validation']['win_rate']:.3f}, MRR@10
 {contrastive['validation']['mrr_at_10']:.3f}. AdamW (weight decay {train_config['weight_decay']}), linear warm-up and
-decay, bf16 autocast, seed {train_config['seed']}.
+decay, {train_config['precision']} forward pass, seed {train_config['seed']}.
 
 ![training curve](training_curve.png)
 

@@ -12,7 +12,7 @@ Data: the long ImageInWords descriptions, split by image, so that the `validatio
 gallery) share no image with training; plus Flickr8k train captions (short texts, where one segment is all there
 is). `--texts FILE` (one text per line) replaces the long descriptions, as the paper preset's CC12M captions do.
 Teacher: a frozen encoder reading each whole text (tools/encoders.py spec; its own token limit), in bf16 autocast
-by default; its embeddings are computed once and cached (in the run folder, or a --teacher-cache file that runs on
+where the hardware computes bf16 (--teacher-precision auto; float32 elsewhere); its embeddings are computed once and cached (in the run folder, or a --teacher-cache file that runs on
 the same texts share).
 Model: GeolipModel (geolip-clip-ctx576/) around the frozen base given by --base (a folder or Hub id: a CLIP
 checkpoint gives its text tower): the base's embedding of the text's window (--base-window tokens, special tokens
@@ -35,7 +35,8 @@ m_acc, the mean cosine to the teacher, and spliced-tails top-1: groups of --spli
 first --base-window tokens (one description's prefix, cut at a word boundary, then the tails of splice_k others) and
 differ only after them; the teacher reads each whole, and each row's embedding must retrieve its own text's teacher
 embedding among the group's (the window row scores exactly 1 / splice_k: it sees one text).
-Training: AdamW with linear warm-up and decay, bf16 autocast on the forward pass (the losses in float32).
+Training: AdamW with linear warm-up and decay, bf16 autocast on the forward pass where the hardware computes bf16
+(--precision auto; float32 elsewhere; the losses always in float32).
 The out folder gets config.json, run.json, checkpoint-memory.pt, teacher.npy (the cache of the training, held-out
 and spliced texts' teacher embeddings, unless --teacher-cache names a shared one), tensorboard/, metrics.json
 (history, init, CV target, the final rows with the gallery size and the spliced groups, the minutes each phase
@@ -61,7 +62,7 @@ from shared_modeling.geometry import orthogonal_procrustes, pentachoron_cv
 from shared_modeling.losses import info_nce_with_hard_negatives, pentachoron_cv_loss, procrustes_residual
 from shared_modeling.segments import segment_spans
 from tools import corpus, encoders, runs, teachers
-from tools.training import batch_at, run_stage
+from tools.training import batch_at, resolve_precision, run_stage
 
 GEOLIP = runs.ROOT / "geolip-clip-ctx576"
 # The model, the base on its window, on its first segment, the mean of its segments, the base on the whole text (when
@@ -78,9 +79,10 @@ class Config:
     base: str = ""  # frozen base: a folder or Hub id (preset)
     base_pooling: str = "mean"  # a segment's own base embedding: "eos" (CLIP) or "mean"
     teacher: str = ""  # tools/encoders.py spec of the teacher (preset)
-    teacher_bf16: bool = True  # the teacher embeds in bf16 autocast (faster on a CPU with bf16; targets move slightly)
+    teacher_precision: str = "auto"  # the teacher embeds in bf16 autocast or fp32 (auto: bf16 where the hardware
+    #                                  computes it; targets move slightly)
     teacher_cache: Path | None = None  # file of the teacher's embeddings (default out/teacher.npy); runs with the
-    #                                    same texts, teacher and teacher_bf16 may share one
+    #                                    same texts, teacher and teacher_precision may share one
     validation_texts: int = 500  # long texts held out (by image) as the m_acc gallery
     flickr_captions: int = 2000  # Flickr8k train captions added to training (0: none)
     steps: int = 1200  # optimiser steps
@@ -103,7 +105,8 @@ class Config:
     memory_slots: int = 64  # the memory bank's anchors
     memory_heads: int = 8  # attention heads of the memory's cross-attentions (must divide the base's width)
     warmup_fraction: float = 0.06  # share of the steps spent warming up
-    bf16: bool = True  # bf16 autocast for the forward pass (the losses and the optimiser stay float32)
+    precision: str = "auto"  # forward pass: bf16 autocast (losses and optimiser float32) | fp32 | auto: bf16 where
+    #                          the hardware computes it (tools/training.resolve_precision), else fp32
     validate_every: int = 200  # steps between m_acc measurements
     checkpoint_every: int = 100  # steps between atomic checkpoints
     log_every: int = 20  # steps between history / TensorBoard points
@@ -142,6 +145,8 @@ def parse_config(argv):
         raise SystemExit("--batch-size must be at least 2 (InfoNCE needs in-batch negatives)")
     if config.splice_k < 2:
         raise SystemExit("--splice-k must be at least 2 (a group of one retrieves itself)")
+    config.precision = resolve_precision(config.precision, "cpu")  # before the run record, which keeps what ran
+    config.teacher_precision = resolve_precision(config.teacher_precision, "cpu")
     return config
 
 
@@ -231,8 +236,8 @@ def build_model(config, teacher_dim):
 
 
 def teacher_encode(config, teacher, texts):
-    """The teacher's embeddings of `texts` (N, D) float32, in bf16 autocast when config.teacher_bf16."""
-    with torch.autocast("cpu", dtype=torch.bfloat16, enabled=config.teacher_bf16):
+    """The teacher's embeddings of `texts` (N, D) float32, in bf16 autocast when config.teacher_precision is bf16."""
+    with torch.autocast("cpu", dtype=torch.bfloat16, enabled=config.teacher_precision == "bf16"):
         return teacher.encode(texts).astype(np.float32)
 
 
@@ -240,7 +245,7 @@ def teacher_cache(config, texts):
     """(the cache file of the teacher's embeddings of `texts`: config.teacher_cache or out/teacher.npy, its index
     <name>-texts.json, and what the index must hold: the teacher, its precision and the texts)."""
     cache = config.teacher_cache or config.out / "teacher.npy"
-    key = {"teacher": config.teacher, "teacher_bf16": config.teacher_bf16, "texts": texts}
+    key = {"teacher": config.teacher, "teacher_precision": config.teacher_precision, "texts": texts}
     return cache, cache.with_name(cache.stem + "-texts.json"), key
 
 

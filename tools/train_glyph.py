@@ -15,7 +15,7 @@ Stage 2: its encoder with InfoNCE of each anchor against every paraphrase of the
 batch (the anchor's own mutation is its hard negative). Validation also tracks the win rate on mirror flips (a⇒b ->
 a⇐b, whose tokens are those of the paraphrase b⇐a, so only their order tells them apart), the weakest families.
 Both stages run the loop in tools/training.py: AdamW (weight decay 0.01), linear warm-up then linear decay, bf16
-autocast on the forward pass; batches are seeded shuffles whose order depends only on (seed, epoch), so a resumed
+autocast on the forward pass where the hardware computes bf16 (--precision auto; float32 elsewhere); batches are seeded shuffles whose order depends only on (seed, epoch), so a resumed
 run sees the same batches.
 
 The out folder gets: checkpoint-mlm.pt and checkpoint-contrastive.pt (model, optimiser, schedule, RNG, history;
@@ -46,7 +46,7 @@ from transformers import (
 from shared_modeling.losses import info_nce_with_hard_negatives
 from shared_modeling.pooling import l2_normalize, masked_mean_pool
 from tools import runs
-from tools.training import batch_at, run_stage
+from tools.training import batch_at, resolve_precision, run_stage
 from tools.build_glyph_corpus import read_triples
 from tools.evaluate_glyph import score_embeddings
 from tools.glyph.grammar import INVERSE_PAIRS, MIRROR
@@ -74,7 +74,8 @@ class Config:
     temperature: float = 0.05  # InfoNCE temperature
     warmup_fraction: float = 0.06  # share of each stage's steps spent warming up
     weight_decay: float = 0.01  # AdamW weight decay
-    bf16: bool = True  # bf16 autocast for the forward pass (losses and the optimiser stay float32)
+    precision: str = "auto"  # forward pass: bf16 autocast (losses and optimiser float32) | fp32 | auto: bf16 where
+    #                          the hardware computes it (tools/training.resolve_precision), else fp32
     validate_every: int = 200  # stage-2 steps between validation passes
     checkpoint_every: int = 200  # steps between atomic checkpoints
     log_every: int = 20  # steps between history / TensorBoard points
@@ -111,6 +112,7 @@ def parse_config(argv):
         raise SystemExit("--contrastive-batch-size must be at least 2 (InfoNCE needs in-batch negatives)")
     if config.hidden_size % config.num_heads:
         raise SystemExit(f"--hidden-size {config.hidden_size} is not a multiple of --num-heads {config.num_heads}")
+    config.precision = resolve_precision(config.precision, "cuda" if torch.cuda.is_available() else "cpu")
     return config
 
 

@@ -1,10 +1,11 @@
 """The training loop the training tools share (train_glyph's two stages, train_geolip): AdamW on the parameters
 that require grad, linear warm-up then linear decay, bf16 autocast around the loss, a history and TensorBoard
 points every log_every steps, validation every validate_every steps, and an atomic checkpoint every
-checkpoint_every steps that a rerun resumes from.
+checkpoint_every steps that a rerun resumes from. Every trainer takes --precision auto | bf16 | fp32
+(resolve_precision: auto is bf16 only where the hardware computes it).
 
-A tool's config supplies: out (the run folder), weight_decay, warmup_fraction, bf16, log_every, validate_every and
-checkpoint_every. Batches come from `batch_at`: a fixed shuffle per (seed, epoch), so a resumed run draws the same
+A tool's config supplies: out (the run folder), weight_decay, warmup_fraction, precision ("bf16" or "fp32", resolved),
+log_every, validate_every and checkpoint_every. Batches come from `batch_at`: a fixed shuffle per (seed, epoch), so a resumed run draws the same
 batches as an uninterrupted one.
 """
 
@@ -29,6 +30,18 @@ def bf16_native(device):
     if device.type == "cuda":
         return torch.cuda.is_bf16_supported()
     return device.type == "cpu" and (torch.cpu._is_avx512_bf16_supported() or torch.cpu._is_amx_tile_supported())
+
+
+PRECISIONS = ("auto", "bf16", "fp32")
+
+
+def resolve_precision(precision, device):
+    """What --precision runs on `device`: "bf16" (autocast on the forward pass; losses and optimiser in float32) or
+    "fp32"; "auto" is bf16 where the hardware computes it (bf16_native), else fp32. Resolve before the run record,
+    so the record keeps what ran."""
+    if precision not in PRECISIONS:
+        raise SystemExit(f"--precision must be one of {', '.join(PRECISIONS)}, got {precision!r}")
+    return ("bf16" if bf16_native(device) else "fp32") if precision == "auto" else precision
 
 
 def adam(parameters, learning_rate, weight_decay=0.0):
@@ -106,7 +119,7 @@ def run_stage(stage, model, steps, learning_rate, loss_at, config, writer, valid
     bar = tqdm(total=steps, initial=step, desc=stage, unit="step")
     while step < steps:
         started = time.perf_counter()
-        with torch.autocast(device_type, dtype=torch.bfloat16, enabled=config.bf16):
+        with torch.autocast(device_type, dtype=torch.bfloat16, enabled=config.precision == "bf16"):
             terms = loss_at(step)
         optimizer.zero_grad(set_to_none=True)
         terms["loss"].backward()
