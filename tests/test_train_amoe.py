@@ -181,7 +181,8 @@ def test_train_amoe_solo_dispatch_select_end_to_end(tiny_trunk, tmp_path, data_d
 
     # A selection where no candidate clears the bar is a result, not a failure: the run completes, records every
     # comparison, writes no amoe/ library, and the card's section says no collective ships and why.
-    monkeypatch.setattr(train_amoe, "greedy_selection", lambda names, score, bar: real_selection(names, score, math.inf))
+    monkeypatch.setattr(train_amoe, "greedy_selection",
+                        lambda names, score, bar: real_selection(names, score, math.inf))
     rejected = tmp_path / "select-rejected"
     assert train_amoe.main(["select", "--solo", str(solo), "--candidates", "equiv", "sts", "--out", str(rejected),
                             "--steps", "3", *common]) == 0

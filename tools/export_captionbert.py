@@ -413,10 +413,10 @@ def selection_paragraph(select):
             lines.append(f"| {step['arm_count']} | {name} | {trial['validation']['mean']:.4f} | {control:.4f} | "
                          f"{trial['validation']['mean'] - control:+.4f} | {verdict_cell} |")
     table = "\n".join(lines)
-    return f"""**Selection** (greedy forward, tools/train_amoe.py select). Every comparison is on the validation suite (STS-B dev,
-MRPC test, SNLI test; held-out text removed), never on STS-8. At each arm count every candidate is compared with
-the untrained control at the same count; the best is accepted only if its margin beats the bar = the largest
-two-seed spread of the candidates' solo validation scores ({select['bar']:.4f}).
+    return f"""**Selection** (greedy forward, tools/train_amoe.py select). Every comparison is on the validation suite
+(STS-B dev, MRPC test, SNLI test; held-out text removed), never on STS-8. At each arm count every candidate is
+compared with the untrained control at the same count; the best is accepted only if its margin beats the bar = the
+largest two-seed spread of the candidates' solo validation scores ({select['bar']:.4f}).
 
 {table}"""
 

@@ -12,8 +12,8 @@ Data: the long ImageInWords descriptions, split by image, so that the `validatio
 gallery) share no image with training; plus Flickr8k train captions (short texts, where one segment is all there
 is). `--texts FILE` (one text per line) replaces the long descriptions, as the paper preset's CC12M captions do.
 Teacher: a frozen encoder reading each whole text (tools/encoders.py spec; its own token limit), in bf16 autocast
-where the hardware computes bf16 (--teacher-precision auto; float32 elsewhere); its embeddings are computed once and cached (in the run folder, or a --teacher-cache file that runs on
-the same texts share).
+where the hardware computes bf16 (--teacher-precision auto; float32 elsewhere); its embeddings are computed once and
+cached (in the run folder, or a --teacher-cache file that runs on the same texts share).
 Model: GeolipModel (geolip-clip-ctx576/) around the frozen base given by --base (a folder or Hub id: a CLIP
 checkpoint gives its text tower): the base's embedding of the text's window (--base-window tokens, special tokens
 included: CLIP's 77, in both presets) plus what the memory, reading segments of 18 content tokens every 14 (at most

@@ -15,8 +15,8 @@ Stage 2: its encoder with InfoNCE of each anchor against every paraphrase of the
 batch (the anchor's own mutation is its hard negative). Validation also tracks the win rate on mirror flips (a⇒b ->
 a⇐b, whose tokens are those of the paraphrase b⇐a, so only their order tells them apart), the weakest families.
 Both stages run the loop in tools/training.py: AdamW (weight decay 0.01), linear warm-up then linear decay, bf16
-autocast on the forward pass where the hardware computes bf16 (--precision auto; float32 elsewhere); batches are seeded shuffles whose order depends only on (seed, epoch), so a resumed
-run sees the same batches.
+autocast on the forward pass where the hardware computes bf16 (--precision auto; float32 elsewhere); batches are
+seeded shuffles whose order depends only on (seed, epoch), so a resumed run sees the same batches.
 
 The out folder gets: checkpoint-mlm.pt and checkpoint-contrastive.pt (model, optimiser, schedule, RNG, history;
 written atomically), mlm/ (the stage-1 model), tensorboard/, metrics.json (history, final validation win rate,

@@ -4,9 +4,9 @@ points every log_every steps, validation every validate_every steps, and an atom
 checkpoint_every steps that a rerun resumes from. Every trainer takes --precision auto | bf16 | fp32
 (resolve_precision: auto is bf16 only where the hardware computes it).
 
-A tool's config supplies: out (the run folder), weight_decay, warmup_fraction, precision ("bf16" or "fp32", resolved),
-log_every, validate_every and checkpoint_every. Batches come from `batch_at`: a fixed shuffle per (seed, epoch), so a resumed run draws the same
-batches as an uninterrupted one.
+A tool's config supplies: out (the run folder), weight_decay, warmup_fraction, precision ("bf16" or "fp32",
+resolved), log_every, validate_every and checkpoint_every. Batches come from `batch_at`: a fixed shuffle per (seed,
+epoch), so a resumed run draws the same batches as an uninterrupted one.
 """
 
 import functools
