@@ -74,6 +74,31 @@ def test_padding_batching_and_order_do_not_change_embeddings(tiny_captionbert):
     assert np.abs(together[0] - together[1]).max() > 1e-3
 
 
+def test_encode_from_several_threads_at_once_gives_the_one_thread_embeddings(tiny_captionbert):
+    """What the card promises: encode may run from several threads on one model in eval mode (the tokenizer, the
+    padding and the forward pass are shared), each call getting what one thread alone gets."""
+    import threading
+
+    _, model = tiny_captionbert
+    expected = model.encode(TEXTS, batch_size=2)
+    failures = []
+
+    def work(offset):
+        for _ in range(10):
+            try:
+                got = model.encode(TEXTS[offset:], batch_size=2)
+                np.testing.assert_allclose(got, expected[offset:], atol=1e-5, rtol=0)
+            except Exception as error:  # collected: an exception in a thread would not fail the test by itself
+                failures.append(repr(error))
+
+    threads = [threading.Thread(target=work, args=(k % len(TEXTS),)) for k in range(6)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert failures == []
+
+
 def test_encode_return_types(tiny_captionbert):
     _, model = tiny_captionbert
     single = model.encode("a dog")

@@ -108,6 +108,13 @@ def test_trained_folder_loads_in_sentence_transformers_and_equals_a_manual_mean_
     manual = torch.nn.functional.normalize((states * mask).sum(1) / mask.sum(1), dim=-1).numpy()
     np.testing.assert_allclose(manual, expected, atol=1e-5)
     assert np.allclose(np.linalg.norm(expected, axis=1), 1, atol=1e-5)
+    # What the card says of an empty string: not refused (no remote code), embedded as the two special tokens, one
+    # fixed vector whatever batch it is in.
+    assert tokenizer("")["input_ids"] == [tokenizer.bos_token_id, tokenizer.eos_token_id]
+    empty = st.encode(["", texts[0], ""], convert_to_numpy=True)
+    np.testing.assert_allclose(empty[0], empty[2], atol=1e-6)
+    np.testing.assert_allclose(empty[0], st.encode([""])[0], atol=1e-5)
+    assert np.isfinite(empty).all() and np.abs(empty[0] - empty[1]).max() > 1e-3
 
 
 def test_training_records_itself(trained):

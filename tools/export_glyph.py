@@ -171,7 +171,13 @@ embeddings = torch.nn.functional.normalize((states * mask).sum(1) / mask.sum(1),
 
 or in llama.cpp (and so LM Studio and Ollama) with the GGUF files, e.g. `llama-embedding -m glyph-embedder-v2-f16.gguf
 -p "a ⇒ b"` (pooling is mean, written in the file), or `llama_cpp.Llama(model_path=..., embedding=True)`.
-Inputs longer than {train_config['max_length']} tokens are truncated.
+Inputs longer than {train_config['max_length']} tokens are truncated (the length training used).
+
+**Inputs and threads.** With no remote code there is nothing of this project between the input and the stock
+model: an empty string is not refused, it is embedded as the tokenizer's two special tokens, one fixed vector for
+every empty input (drop empty strings before indexing). Concurrent `encode` calls on one model are whatever
+sentence-transformers and transformers make of them; this project does not test them: load one model per thread
+to be safe.
 
 {cards.embedding_space_paragraph(export['embedding_space'], 'config.json: embedding_space')} Being a stock
 `RobertaModel`, this model cannot compute the id itself: it was computed from the weights at export and written into
