@@ -6,6 +6,7 @@ import dataclasses
 import json
 import shutil
 
+import numpy as np
 import pytest
 import torch
 from transformers import AutoModel
@@ -135,6 +136,38 @@ def test_the_teacher_cache_is_used_only_for_the_same_teacher_precision_and_texts
     train_geolip.teacher_embeddings(config, CountingTeacher(), ["one", "three"])
     assert len(calls) == 4  # another precision, teacher or text list is embedded again
     assert train_geolip.cached_teacher_embeddings(config, ["one", "two"]) is None  # the file now holds the last
+
+
+def test_a_teacher_pass_killed_between_chunks_resumes_at_its_last_saved_chunk(tmp_path, monkeypatch):
+    monkeypatch.setattr(train_geolip, "TEACHER_CHUNK", 2)
+    texts = [f"text {i}" for i in range(7)]
+    seen = []
+
+    class Teacher:
+        def __init__(self, fail_at=None):
+            self.fail_at = fail_at
+
+        def encode(self, chunk):
+            if len(seen) == self.fail_at:
+                raise KeyboardInterrupt  # the kill
+            seen.append(list(chunk))
+            return np.array([[float(text.split()[1]), 1.0] for text in chunk], dtype=np.float32)
+
+    config = train_geolip.Config(out=tmp_path, teacher="t")
+    with pytest.raises(KeyboardInterrupt):
+        train_geolip.teacher_embeddings(config, Teacher(fail_at=2), texts)
+    assert seen == [texts[0:2], texts[2:4]] and train_geolip.cached_teacher_embeddings(config, texts) is None
+    embeddings = train_geolip.teacher_embeddings(config, Teacher(), texts)
+    assert seen[2:] == [texts[4:6], texts[6:7]]  # only the chunks not saved before the kill
+    assert embeddings[:, 0].tolist() == list(range(7))
+    assert (train_geolip.cached_teacher_embeddings(config, texts) == embeddings).all()
+    assert sorted(path.name for path in tmp_path.iterdir()) == ["teacher-texts.json", "teacher.npy"]
+    # A partial pass of other texts is never resumed for these.
+    with pytest.raises(KeyboardInterrupt):
+        train_geolip.teacher_embeddings(config, Teacher(fail_at=len(seen) + 1), ["text 8", "text 9", "text 10"])
+    seen.clear()
+    train_geolip.teacher_embeddings(config, Teacher(), texts[:5])
+    assert seen == [texts[0:2], texts[2:4], texts[4:5]]
 
 
 @pytest.fixture(scope="module")

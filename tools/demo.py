@@ -129,7 +129,9 @@ def demo_steps(data_dir, budget=BUDGETS["quick"]):
             out = f"{root}/amoe/solo/{Path(arm).stem}-seed{seed}"
             steps.append(Step("train_amoe", ["solo", "--data", arm, "--steps", str(arm_steps), "--seed", str(seed),
                                              *extra, "--model", f"{root}/distill/final", *data, "--out", out]))
-    teacher_cache = ["--teacher-cache", f"{root}/geolip/teacher.npy"]  # both geolip runs embed the same texts
+    # Every geolip run, of either budget, has the teacher embed the same texts (about an hour of float32 on 2 cores):
+    # one cache, outside the budgets' folders; its index names the teacher, precision and texts it holds.
+    teacher_cache = ["--teacher-cache", "runs/geolip-teacher/teacher.npy"]
     steps += [
         Step("train_amoe", ["select", "--solo", f"{root}/amoe/solo", "--candidates", *[Path(a).stem for a, _ in arms],
                             "--model", f"{root}/distill/final", *data, "--out", f"{root}/amoe/select"]),

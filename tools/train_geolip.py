@@ -44,6 +44,7 @@ took) and training_curve.png, and final/, the model folder (weights, tokenizer, 
 """
 
 import argparse
+import os
 import random
 import shutil
 import sys
@@ -56,6 +57,7 @@ import torch
 import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 from torch.utils.tensorboard import SummaryWriter
+from tqdm.auto import tqdm
 from transformers import AutoConfig, AutoModel, AutoTokenizer, CLIPTextModel
 
 from shared_modeling.geometry import orthogonal_procrustes, pentachoron_cv
@@ -68,6 +70,7 @@ GEOLIP = runs.ROOT / "geolip-clip-ctx576"
 # The model, the base on its window, on its first segment, the mean of its segments, the base on the whole text (when
 # it reads more than the window) and the teacher itself.
 ROWS = ("memory", "window", "first_segment", "segment_mean", "whole", "teacher")
+TEACHER_CHUNK = 256  # texts the teacher embeds between two saves of its partial cache
 
 
 @dataclass
@@ -258,16 +261,35 @@ def cached_teacher_embeddings(config, texts):
 
 
 def teacher_embeddings(config, teacher, texts):
-    """teacher_encode(texts), through the cache (teacher_cache)."""
+    """teacher_encode(texts), through the cache (teacher_cache). Texts are embedded TEACHER_CHUNK at a time, each
+    chunk saved to <cache>-partial.npy (indexed like the cache), so a run killed during the teacher's pass (an hour
+    of float32 on 2 cores) resumes at its last saved chunk."""
     embeddings = cached_teacher_embeddings(config, texts)
     if embeddings is not None:
         print(f"teacher embeddings from the cache {teacher_cache(config, texts)[0]}")
         return embeddings
-    embeddings = teacher_encode(config, teacher, texts)
     cache, index, key = teacher_cache(config, texts)
+    partial = cache.with_name(cache.stem + "-partial.npy")
+    partial_index = cache.with_name(cache.stem + "-partial-texts.json")
     cache.parent.mkdir(parents=True, exist_ok=True)
+    if partial.exists() and partial_index.exists() and runs.read_json(partial_index) == key:
+        chunks = [np.load(partial)]
+        print(f"resuming the teacher's embeddings at text {len(chunks[0]):,} of {len(texts):,}")
+    else:
+        chunks = []
+        partial.unlink(missing_ok=True)  # another key's rows: never resumed
+        runs.write_json(partial_index, key)
+    done = sum(len(chunk) for chunk in chunks)
+    for start in tqdm(range(done, len(texts), TEACHER_CHUNK), desc="teacher", unit="chunk"):
+        chunks.append(teacher_encode(config, teacher, texts[start:start + TEACHER_CHUNK]))
+        saving = partial.with_name(partial.stem + "-saving.npy")
+        np.save(saving, np.concatenate(chunks))
+        os.replace(saving, partial)  # atomic: a kill leaves the previous chunk's file whole
+    embeddings = np.concatenate(chunks)
     np.save(cache, embeddings)
     runs.write_json(index, key)
+    partial.unlink()
+    partial_index.unlink()
     return embeddings
 
 
