@@ -3,7 +3,7 @@
 import json
 import math
 
-from tools import bench
+from tools import bench, training
 
 
 def test_bench_tiny_run_writes_finite_positive_ratios(tmp_path, data_dir):
@@ -21,15 +21,18 @@ def test_bench_tiny_run_writes_finite_positive_ratios(tmp_path, data_dir):
     shipped = len(json.loads(arms_json.read_text())["roster"]) if arms_json.is_file() else 0
     arms = [n for n in dict.fromkeys((shipped, 3)) if n]  # the shipped collective's size and --arms
     rows = report["rows"]
-    # (1)-(5b): 13; (6): per dtype each size and all off; the floor; off == bare. (8): base calls, then 5 text lengths
-    assert len(rows) == 13 + 2 * (len(arms) + 1) + 2 + 1 + 5
+    dtypes = ["fp32", "bf16"] if training.bf16_native("cpu") else ["fp32"]  # bf16 only where it is not emulated
+    assert report["dtypes"] == dtypes and (report["bf16_left_out"] is None) == ("bf16" in dtypes)
+    # (1)-(2): 3 per dtype, (3)-(5b): 7; (6): per dtype each size and all off; the floor; off == bare. (8): base
+    # calls, then 5 text lengths
+    assert len(rows) == 3 * len(dtypes) + 7 + len(dtypes) * (len(arms) + 1) + 2 + 1 + 5
     assert report["geolip"]["texts"] == 4 and report["geolip"]["segments"] > 4
     for row in rows:
         for key in ("ours", "reference", "ratio"):
             assert math.isfinite(row[key]) and row[key] > 0, (row["name"], key, row[key])
         assert row["met"] in ((None,) if row["target"] is None else (True, False)), row
     # Every throughput comparison was timed once per contender (after a warm-up), in both dtypes.
-    for dtype in ("fp32", "bf16"):
+    for dtype in dtypes:
         for times in report["seconds"][dtype].values():
             assert all(len(seconds) == 1 for seconds in times.values())
     for stage in ("extraction", "training"):
