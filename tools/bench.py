@@ -318,7 +318,8 @@ def main(argv=None):
                                "padded_tokens_given_order": sum(b["input_ids"].numel() for b in batches),
                                "padded_tokens_sorted": sum(len(b) * max(b) for b in sorted_lengths)},
                   "trunk_linear_weights": linear_weights, "encode_model_gflop": flops / 1e9, "seconds": {}}
-        dtypes = ["fp32", "bf16"] if training.bf16_native("cpu") else ["fp32"]
+        precision = training.resolve_precision("auto", "cpu")  # what distill_captionbert --precision auto runs
+        dtypes = list(dict.fromkeys(("fp32", precision)))  # bf16 too where the hardware computes it
         report["dtypes"] = dtypes
         report["bf16_left_out"] = None if "bf16" in dtypes else "this CPU has neither AVX-512 BF16 nor AMX: emulated"
         rows = []
@@ -370,7 +371,6 @@ def main(argv=None):
                                    "longest": max(map(len, mix_ids))}
 
         # ---- 5: student training step, captionbert vs BertModel of the same shape --------------------------------
-        precision = "bf16" if training.bf16_native("cpu") else "fp32"  # what distill_captionbert --precision auto runs
         train_config = distill_captionbert.Config(align=Path("-"), out=Path("-"), precision=precision)
         lengths_array = np.array([len(ids) for ids in mix_ids])
         train_batches = distill_captionbert.bucketed_batches(lengths_array, size, config.seed, 0)[:config.train_steps]
