@@ -13,7 +13,7 @@ from safetensors.torch import save_file
 from shared_modeling.amoe import (ARM_FORMAT, FORMAT_VERSION, Arm, ArmSite, ArmSwitch, Dispatch, add_arms, arm_weights,
                                   file_hash, load_arm, load_dispatch, mix_matrices, save_arm, save_dispatch,
                                   sinh_cosh_mix, unwrap_layers, wrap_layers)
-from conftest import trained_like
+from helpers import trained_like
 from shared_modeling.identity import content_hash, trunk_hash
 from shared_modeling.layers import Encoder
 

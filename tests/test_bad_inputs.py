@@ -10,7 +10,7 @@ import torch
 from safetensors.torch import load_file, save_file
 from transformers import AutoModel
 
-from conftest import CAPTIONBERT, TINY_CAPTIONBERT, build_from_folder, captionbert_copy
+from helpers import CAPTIONBERT, TINY_CAPTIONBERT, build_from_folder, captionbert_copy
 from test_geolip import geolip_folder
 
 BAD_TEXTS = [  # (id, texts, error type, message pattern)

@@ -14,7 +14,7 @@ import torch
 from huggingface_hub.errors import StrictDataclassClassValidationError
 from transformers import AutoConfig, AutoModel
 
-from conftest import CAPTIONBERT, TINY_CAPTIONBERT, build_from_folder, captionbert_copy
+from helpers import CAPTIONBERT, TINY_CAPTIONBERT, build_from_folder, captionbert_copy
 
 TEXTS = ["A dog runs across the grass.", "two men play chess in a park", "a",
          "A very long caption about a crowded street market at dusk, with stalls selling fruit, lanterns hanging "

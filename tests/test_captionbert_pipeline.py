@@ -12,10 +12,13 @@ import pytest
 import torch
 from safetensors.numpy import load_file
 
-from conftest import (ENV, ROOT, TINY_CAPTIONBERT, assert_card_from_records, captionbert_copy, finish, kill_when,
+from helpers import (ENV, ROOT, TINY_CAPTIONBERT, assert_card_from_records, captionbert_copy, finish, kill_when,
                       plant_code, run_tool)
-from tools import align_teachers, corpus, encoders, evaluate
-from tools.extract_teachers import Config, load_corpus, write_shard
+from tools import corpus, encoders, sts
+from tools.captionbert import align
+from tools.captionbert import evaluate
+from tools.captionbert.data import write_shard
+from tools.captionbert.extract import Config, load_corpus
 
 
 def shard_bytes(folder):
@@ -30,14 +33,14 @@ def extract_args(out, teachers, corpus_file):
 @pytest.fixture(scope="session")
 def extraction(tmp_path_factory, tiny_teachers, caption_sample):
     out = tmp_path_factory.mktemp("extract") / "run"
-    finish(run_tool("extract_teachers", *extract_args(out, tiny_teachers, caption_sample)))
+    finish(run_tool("captionbert.extract", *extract_args(out, tiny_teachers, caption_sample)))
     return out
 
 
 @pytest.fixture(scope="session")
 def alignment(tmp_path_factory, extraction):
     out = tmp_path_factory.mktemp("align") / "run"
-    assert align_teachers.main(["--extract", str(extraction), "--out", str(out), "--fit-rows", "120",
+    assert align.main(["--extract", str(extraction), "--out", str(out), "--fit-rows", "120",
                                 "--holdout-rows", "60"]) == 0
     return out
 
@@ -62,7 +65,7 @@ def test_default_corpus_holds_no_sts8_text_and_no_held_out_caption(data_dir):
     gallery = corpus.split_imageinwords(data_dir)[1]
     assert len(gallery) >= 500 and stats["imageinwords"]["dropped_held_out"] >= 500
     assert not {" ".join(t.lower().split()) for t in gallery} & normalised
-    assert not set(evaluate.gauge_captions(data_dir, 1000)) & set(texts)  # the in-domain gauge stays unseen
+    assert not set(sts.gauge_captions(data_dir, 1000)) & set(texts)  # the in-domain gauge stays unseen
 
 
 # ---- Procrustes on synthetic data -----------------------------------------------------------------------------------
@@ -77,7 +80,7 @@ def test_whitened_procrustes_recovers_a_known_rotation():
     teacher = rng.standard_normal((3000, 16)) * np.linspace(0.2, 3, 16) + 5  # anisotropic, off-centre
     rotation = random_rotation(rng, 16, 16)
     reference = teacher @ rotation - 2
-    matrix, bias, correlations = align_teachers.fit_whitened_procrustes(teacher, reference, shrinkage=0.1)
+    matrix, bias, correlations = align.fit_whitened_procrustes(teacher, reference, shrinkage=0.1)
     np.testing.assert_allclose(matrix, rotation, atol=1e-8)
     np.testing.assert_allclose(teacher @ matrix + bias, reference, atol=1e-8)
     assert (correlations > 0.5).sum() == 16
@@ -88,12 +91,12 @@ def test_semi_orthogonal_map_into_a_wider_reference():
     embed = random_rotation(rng, 8, 24)  # (8, 24), orthonormal rows
     teacher = rng.standard_normal((4000, 8)) * np.linspace(0.5, 2, 8)
     reference = teacher @ embed + 0.05 * rng.standard_normal((4000, 24))
-    matrix, bias, correlations = align_teachers.fit_whitened_procrustes(teacher[:3000], reference[:3000], 0.0)
-    held = align_teachers.row_cosines(teacher[3000:] @ matrix + bias, reference[3000:])
+    matrix, bias, correlations = align.fit_whitened_procrustes(teacher[:3000], reference[:3000], 0.0)
+    held = align.row_cosines(teacher[3000:] @ matrix + bias, reference[3000:])
     assert held.mean() > 0.99
     assert (correlations > 0.5).sum() == 8 and correlations.shape == (8,)
     with pytest.raises(ValueError, match="wider than the reference"):
-        align_teachers.fit_whitened_procrustes(reference, teacher, 0.1)
+        align.fit_whitened_procrustes(reference, teacher, 0.1)
 
 
 def synthetic_extraction(folder, rng, rows=600, shard_rows=100):
@@ -121,16 +124,16 @@ def test_alignment_report_is_out_of_sample_and_drops_incomplete_chunks(tmp_path)
     (tmp_path / "narrow" / "shard-00003.safetensors").unlink()  # chunk 3 lacks a teacher
     out = tmp_path / "align"
     # Few fit rows for 12 x 24 parameters: the in-sample cosine flatters, the held-out one must not.
-    assert align_teachers.main(["--extract", str(tmp_path), "--out", str(out), "--fit-rows", "40",
+    assert align.main(["--extract", str(tmp_path), "--out", str(out), "--fit-rows", "40",
                                 "--holdout-rows", "300", "--seed", "5"]) == 0
     report = json.loads((out / "report.json").read_text())
     assert report["chunks_dropped"] == [3] and report["consensus_rows"] == 500
 
-    picks = align_teachers.stratified_rows({c: 100 for c in (0, 1, 2, 4, 5)}, 40, 300, 5)
+    picks = align.stratified_rows({c: 100 for c in (0, 1, 2, 4, 5)}, 40, 300, 5)
     held = np.concatenate([c * 100 + picks[c][1] for c in (0, 1, 2, 4, 5)])
     maps = load_file(str(out / "maps.safetensors"))
     mapped = data["narrow"][held] @ maps["A_1"] + maps["b_1"]
-    expected = align_teachers.row_cosines(mapped, data["ref"][held]).mean()
+    expected = align.row_cosines(mapped, data["ref"][held]).mean()
     narrow = report["teachers"]["narrow"]
     assert narrow["holdout_cosine_after"] == pytest.approx(expected, abs=1e-5)
     assert narrow["fit_cosine_after"] > narrow["holdout_cosine_after"] + 0.05
@@ -140,7 +143,7 @@ def test_alignment_report_is_out_of_sample_and_drops_incomplete_chunks(tmp_path)
     assert [s["chunk"] for s in manifest["shards"]] == [0, 1, 2, 4, 5]
     consensus = load_file(str(out / "consensus" / "shard-00004.safetensors"))["embeddings"]
     rows = slice(400, 500)
-    expected = align_teachers.consensus([data["ref"][rows], data["narrow"][rows] @ maps["A_1"] + maps["b_1"]])
+    expected = align.consensus([data["ref"][rows], data["narrow"][rows] @ maps["A_1"] + maps["b_1"]])
     np.testing.assert_allclose(consensus, expected, atol=2e-3)  # float16 storage
     assert not (out / "consensus" / "shard-00003.safetensors").exists()
 
@@ -159,17 +162,17 @@ def test_extraction_writes_a_complete_manifest(extraction):
 
 def test_extraction_resumes_after_kill_with_identical_shards(tmp_path, extraction, tiny_teachers, caption_sample):
     out = tmp_path / "run"
-    process = run_tool("extract_teachers", *extract_args(out, tiny_teachers, caption_sample))
+    process = run_tool("captionbert.extract", *extract_args(out, tiny_teachers, caption_sample))
     kill_when(process, out / "teacher-a" / "shard-00001.safetensors")
     assert not (out / "manifest.json").exists()
-    finish(run_tool("extract_teachers", *extract_args(out, tiny_teachers, caption_sample)))
+    finish(run_tool("captionbert.extract", *extract_args(out, tiny_teachers, caption_sample)))
     assert shard_bytes(out) == shard_bytes(extraction) and len(shard_bytes(out)) == 10
 
 
 def test_two_process_extraction_equals_one(tmp_path, extraction, tiny_teachers, caption_sample):
     out = tmp_path / "run"
-    command = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "-m", "tools.extract_teachers",
-               *map(str, extract_args(out, tiny_teachers, caption_sample))]
+    command = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "-m",
+               "tools.captionbert.extract", *map(str, extract_args(out, tiny_teachers, caption_sample))]
     result = subprocess.run(command, cwd=ROOT, env=ENV, capture_output=True, text=True, timeout=600)
     assert result.returncode == 0, result.stderr[-3000:]
     assert sorted(p.name for p in (out / "runs").iterdir()) == ["process-0", "process-1"]
@@ -196,10 +199,10 @@ DISTILL = ["--init", "scratch", "--steps", 24, "--batch-size", 16, "--validation
 
 def test_distillation_resumes_exactly_after_kill(tmp_path, alignment, tiny_student):
     common = ["--align", alignment, "--model", tiny_student, *DISTILL]
-    finish(run_tool("distill_captionbert", "--out", tmp_path / "straight", *common))
-    process = run_tool("distill_captionbert", "--out", tmp_path / "killed", *common)
+    finish(run_tool("captionbert.train", "--out", tmp_path / "straight", *common))
+    process = run_tool("captionbert.train", "--out", tmp_path / "killed", *common)
     kill_when(process, tmp_path / "killed" / "checkpoint.pt")
-    output = finish(run_tool("distill_captionbert", "--out", tmp_path / "killed", *common))
+    output = finish(run_tool("captionbert.train", "--out", tmp_path / "killed", *common))
     assert "resuming" in output
     straight = load_file(str(tmp_path / "straight" / "final" / "model.safetensors"))
     resumed = load_file(str(tmp_path / "killed" / "final" / "model.safetensors"))
@@ -252,7 +255,7 @@ def selectable_teacher(folder):
 
     from transformers import BertConfig, BertModel
 
-    from conftest import CAPTIONBERT
+    from helpers import CAPTIONBERT
 
     torch.manual_seed(3)
     teacher = BertModel(BertConfig(vocab_size=30522, hidden_size=48, num_hidden_layers=2, num_attention_heads=3,
@@ -398,7 +401,7 @@ def test_a_sample_of_the_corpus_keeps_corpus_order_and_is_seeded(tmp_path):
 
 
 def test_long_input_evaluation_scores_windows_against_the_whole_text(tmp_path, tiny_captionbert, data_dir):
-    from conftest import tiny_teacher
+    from helpers import tiny_teacher
     from tools import evaluate_long_inputs
 
     assert evaluate_long_inputs.window_ids([[101, 5, 6, 7, 8, 102], [101, 5, 102]], 4, 102) == [[101, 5, 6, 102],

@@ -10,8 +10,9 @@ import pytest
 from sentence_transformers import SentenceTransformer
 from transformers import AutoModel
 
-from conftest import CAPTIONBERT, TINY_CAPTIONBERT, build_from_folder, captionbert_copy
-from tools import corpus, evaluate, export_captionbert
+from helpers import CAPTIONBERT, TINY_CAPTIONBERT, build_from_folder, captionbert_copy
+from tools import corpus, sts
+from tools.captionbert import export as captionbert_export
 
 TOLERANCE = 1e-5  # the same forward either way; only the batching differs
 POSITIONS = 32  # the tiny folder's learned positions, so that truncation is cheap to reach
@@ -27,7 +28,7 @@ def sentence_transformer(folder):
 
 def test_the_shipped_files_are_what_export_writes():
     config = json.loads((CAPTIONBERT / "config.json").read_text())
-    written = export_captionbert.sentence_transformers_files(config)
+    written = captionbert_export.sentence_transformers_files(config)
     for name, payload in written.items():
         assert json.loads((CAPTIONBERT / name).read_text()) == payload, name
     # every position, or the length the exported weights were trained to (encode caps there too)
@@ -42,7 +43,7 @@ def tiny_folder(tmp_path_factory):
     folder = captionbert_copy(tmp_path_factory.mktemp("st") / "captionbert-st",
                               **{**TINY_CAPTIONBERT, "max_position_embeddings": POSITIONS})
     build_from_folder(folder).save_pretrained(folder)
-    export_captionbert.write_sentence_transformers_files(folder)
+    captionbert_export.write_sentence_transformers_files(folder)
     return folder
 
 
@@ -73,7 +74,7 @@ def test_save_and_reload_keep_the_embeddings(tiny_folder, tmp_path):
 
 
 def test_a_fresh_process_without_the_project_gets_the_same_embeddings(tiny_folder):
-    loaded = export_captionbert.fresh_process_embeddings(tiny_folder, sentence_transformers=True)
+    loaded = captionbert_export.fresh_process_embeddings(tiny_folder, sentence_transformers=True)
     np.testing.assert_allclose(loaded["sentence_transformers"], loaded["embeddings"], atol=TOLERANCE, rtol=0)
     assert loaded["sentence_transformers_dimension"] == TINY_CAPTIONBERT["output_dim"]
 
@@ -100,8 +101,8 @@ def shipped(data_dir):
     """(model, SentenceTransformer, 8 real texts) of the committed folder with its built weights."""
     if not (CAPTIONBERT / "model.safetensors").is_file():
         pytest.skip("captionbert-8192-v2/model.safetensors is absent: it is git-ignored and built by `make demo`")
-    texts = evaluate.gauge_captions(data_dir, 4)  # Flickr8k test captions
-    texts += list(evaluate.load_task(data_dir, "STS-B")[0][:2])  # an STS Benchmark test pair
+    texts = sts.gauge_captions(data_dir, 4)  # Flickr8k test captions
+    texts += list(sts.load_task(data_dir, "STS-B")[0][:2])  # an STS Benchmark test pair
     texts += corpus.build(data_dir, ["imageinwords"])[0][:2]  # two long descriptions
     model = AutoModel.from_pretrained(CAPTIONBERT, trust_remote_code=True).eval()
     return model, sentence_transformer(CAPTIONBERT), texts

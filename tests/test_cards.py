@@ -4,8 +4,8 @@ run records they were generated from (when this checkout has them: runs/ is not 
 import pytest
 from huggingface_hub import ModelCard
 
-from conftest import ROOT
-from tools import cards
+from helpers import ROOT
+from tools import cards, registry
 
 RECORDS = {0.91793, 1234.0, 58_308_864.0, 0.4567, 2112.0}  # 2112 s = 35.2 min
 
@@ -42,7 +42,7 @@ def test_front_matter_is_valid_model_card_metadata():
     assert data.eval_results[0].metric_value == 0.918 and data.eval_results[0].dataset_type == "google/imageinwords"
 
 
-@pytest.mark.parametrize("folder", sorted(cards.EXPORTS))
+@pytest.mark.parametrize("folder", sorted(registry.BY_FOLDER))
 def test_the_committed_card_is_its_records(folder):
     export = cards.export_of(ROOT / folder)
     if export is None:

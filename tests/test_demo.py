@@ -8,8 +8,8 @@ import subprocess
 
 import pytest
 
-from tools import demo, runs
-from tools.align_teachers import Config
+from tools import demo, registry, runs
+from tools.captionbert.align import Config
 
 
 @pytest.fixture
@@ -92,7 +92,7 @@ def test_the_demo_steps_name_their_inputs(budget):
     assert demo.reads(by_name["long"], by_name["distill"])
     assert demo.reads(by_name["captionbert/export"], by_name["long"])
     assert "--init" in by_name["distill-scratch"].args
-    assert {step.model for step in listed} == set(demo.publish.PRODUCTS)
+    assert {step.pipeline for step in listed} == set(registry.PIPELINES)
     option = {(step.name, flag): value for step in listed for flag, value in zip(step.args, step.args[1:])}
     sample = int(option.get(("extract", "--sample"), 10**9))  # the rows align may split, at most
     fit, held = option.get(("align", "--fit-rows"), Config.fit_rows), option.get(("align", "--holdout-rows"),
@@ -110,9 +110,9 @@ def test_an_export_written_over_by_the_other_budget_runs_again(project):
         export.mkdir(parents=True)
         runs.write_json(export / "config.json", {"to": str(root / "glyph-embedder-v2")})
         runs.write_json(export / "run.json", {"finished": f"2026-11-30T{hour}:00:00+0000"})
-    step = demo.Step("export_glyph", ["--out", "runs/quick/glyph/export"])
+    step = demo.Step("glyph.export", ["--out", "runs/quick/glyph/export"])
     assert not demo.wrote_last(step)  # cpu's export (finished later) wrote the folder last
-    assert demo.wrote_last(demo.Step("export_glyph", ["--out", "runs/cpu/glyph/export"]))
+    assert demo.wrote_last(demo.Step("glyph.export", ["--out", "runs/cpu/glyph/export"]))
 
 
 def test_a_folder_built_by_another_command_is_adopted_only_when_vouched_for(project):

@@ -5,7 +5,8 @@ import json
 import numpy as np
 import pytest
 
-from tools import encoders, evaluate
+from tools import encoders, sts
+from tools.captionbert import evaluate
 
 # Pairs scored per task (../shared/data/README.md).
 PAIRS = {"STS12": 3108, "STS13": 1500, "STS14": 3750, "STS15": 3000, "STS16": 1186, "STS-B": 1379,
@@ -17,9 +18,9 @@ MINILM_PUBLISHED = {"STS12": .7237, "STS13": .8060, "STS14": .7560, "STS15": .85
                     "SICK-R": .7758, "BIOSSES": .8125, "mean": .7923}
 
 
-@pytest.mark.parametrize("task", evaluate.TASKS)
+@pytest.mark.parametrize("task", sts.TASKS)
 def test_loaders_read_every_scored_pair(data_dir, task):
-    pairs = evaluate.load_task(data_dir, task)
+    pairs = sts.load_task(data_dir, task)
     assert len(pairs) == PAIRS[task]
     low, high = SCALE.get(task, (0, 5))
     assert all(low <= gold <= high for _, _, gold in pairs)
@@ -29,7 +30,7 @@ def test_loaders_read_every_scored_pair(data_dir, task):
 
 
 def test_gauge_captions_are_distinct_test_images(data_dir):
-    captions = evaluate.gauge_captions(data_dir, 1000)
+    captions = sts.gauge_captions(data_dir, 1000)
     assert len(captions) == 1000 and len(set(captions)) > 990
 
 

@@ -14,7 +14,7 @@ import pytest
 import torch
 from transformers import AutoConfig, AutoModel
 
-from conftest import ROOT
+from helpers import ROOT
 from tools.glyph.tokenizer import train_tokenizer
 
 GEOLIP = ROOT / "geolip-clip-ctx576"

@@ -1,4 +1,4 @@
-"""tools/export_gguf.py: a tiny random RobertaModel + glyph tokenizer, exported to GGUF and run by llama.cpp itself
+"""tools/glyph/gguf.py: a tiny random RobertaModel + glyph tokenizer, exported to GGUF and run by llama.cpp itself
 (llama-cpp-python), must tokenise token for token like the HF tokenizer and embed like the PyTorch mean pooling."""
 
 import json
@@ -17,7 +17,7 @@ import torch
 from safetensors.torch import load_file, save_file
 from transformers import AutoTokenizer, BertConfig, BertModel, RobertaConfig, RobertaModel
 
-from tools import export_gguf
+from tools.glyph import gguf as glyph_gguf
 from tools.glyph.tokenizer import train_tokenizer
 
 N_POSITIONS = 64  # tokens the tiny model takes (max_position_embeddings = N_POSITIONS + pad_token_id + 1)
@@ -80,12 +80,12 @@ def tiny_roberta(tmp_path_factory):
 def ggufs(tiny_roberta, tmp_path_factory):
     folder, _ = tiny_roberta
     out = tmp_path_factory.mktemp("gguf-out")
-    return {dtype: export_gguf.export_gguf(folder, out / f"tiny-{dtype}.gguf", dtype) for dtype in ("f32", "f16")}
+    return {dtype: glyph_gguf.export_gguf(folder, out / f"tiny-{dtype}.gguf", dtype) for dtype in ("f32", "f16")}
 
 
 @pytest.fixture(scope="module")
 def llamas(ggufs):
-    return {dtype: export_gguf.load_llama(path, n_threads=2) for dtype, path in ggufs.items()}
+    return {dtype: glyph_gguf.load_llama(path, n_threads=2) for dtype, path in ggufs.items()}
 
 
 def test_held_out_texts_are_held_out(tiny_roberta):
@@ -117,7 +117,7 @@ def test_metadata_and_tensors(tiny_roberta, ggufs):
     tensors = {t.name: t for t in reader.tensors}
     # our name table is gguf-py's own HF -> GGUF table for BERT (the one convert_hf_to_gguf.py uses)
     name_map = gguf.get_tensor_name_map(gguf.MODEL_ARCH.BERT, 2)
-    mapping = export_gguf.tensor_map(2)
+    mapping = glyph_gguf.tensor_map(2)
     assert {hf: name_map.get_name(hf, try_suffixes=(".weight", ".bias")) for hf in mapping} == mapping
     assert set(tensors) == set(mapping.values())
     for name, tensor in tensors.items():
@@ -135,16 +135,16 @@ def test_tokens_match_hf(tiny_roberta, llamas):
     tokenizer = AutoTokenizer.from_pretrained(folder)
     for text in HELD_OUT:
         expected = tokenizer(text, truncation=True)["input_ids"]
-        assert export_gguf.llama_tokenize(llamas["f32"], text) == expected, text
+        assert glyph_gguf.llama_tokenize(llamas["f32"], text) == expected, text
     assert len(tokenizer(HELD_OUT[-1], truncation=True)["input_ids"]) == N_POSITIONS  # truncation was exercised
 
 
 @pytest.mark.parametrize("dtype", ["f32", "f16"])
 def test_embeddings_match_pytorch(tiny_roberta, llamas, dtype):
     folder, _ = tiny_roberta
-    reference = export_gguf.torch_embed(folder, HELD_OUT)
-    batch = export_gguf.llama_embed(llamas[dtype], HELD_OUT)
-    single = np.concatenate([export_gguf.llama_embed(llamas[dtype], [text]) for text in HELD_OUT])
+    reference = glyph_gguf.torch_embed(folder, HELD_OUT)
+    batch = glyph_gguf.llama_embed(llamas[dtype], HELD_OUT)
+    single = np.concatenate([glyph_gguf.llama_embed(llamas[dtype], [text]) for text in HELD_OUT])
     cosines = (batch * reference).sum(1)
     print(f"{dtype}: llama.cpp vs PyTorch, 1 - cosine max {1 - cosines.min():.2e}, "
           f"batch vs single {1 - (batch * single).sum(1).min():.2e}")
@@ -178,14 +178,14 @@ def test_sentence_transformers_folder(tiny_roberta, tmp_path):
     transformer = modules.Transformer(str(folder), max_seq_length=N_POSITIONS)
     st = SentenceTransformer(modules=[transformer, modules.Pooling(64, "mean"), modules.Normalize()], device="cpu")
     st.save(str(tmp_path / "st"))
-    path = export_gguf.export_gguf(tmp_path / "st", tmp_path / "st.gguf")
-    cosines = (export_gguf.llama_embed(path, HELD_OUT) * st.encode(HELD_OUT)).sum(1)
+    path = glyph_gguf.export_gguf(tmp_path / "st", tmp_path / "st.gguf")
+    cosines = (glyph_gguf.llama_embed(path, HELD_OUT) * st.encode(HELD_OUT)).sum(1)
     assert cosines.min() >= COSINE["f32"]
 
     pooling = tmp_path / "st" / "1_Pooling" / "config.json"
     pooling.write_text(json.dumps({**json.loads(pooling.read_text()), "pooling_mode": "cls"}))
-    with pytest.raises(export_gguf.NotRobertaError, match="not plain mean pooling"):
-        export_gguf.export_gguf(tmp_path / "st", tmp_path / "cls.gguf")
+    with pytest.raises(glyph_gguf.NotRobertaError, match="not plain mean pooling"):
+        glyph_gguf.export_gguf(tmp_path / "st", tmp_path / "cls.gguf")
 
 
 def test_not_roberta_is_refused(tiny_roberta, tmp_path):
@@ -193,26 +193,26 @@ def test_not_roberta_is_refused(tiny_roberta, tmp_path):
     BertModel(BertConfig(vocab_size=400, hidden_size=32, num_hidden_layers=1, num_attention_heads=2,
                          intermediate_size=64)).save_pretrained(tmp_path / "bert")
     AutoTokenizer.from_pretrained(folder).save_pretrained(tmp_path / "bert")
-    with pytest.raises(export_gguf.NotRobertaError, match="model_type is 'bert'.*architectures"):
-        export_gguf.export_gguf(tmp_path / "bert", tmp_path / "bert.gguf")
+    with pytest.raises(glyph_gguf.NotRobertaError, match="model_type is 'bert'.*architectures"):
+        glyph_gguf.export_gguf(tmp_path / "bert", tmp_path / "bert.gguf")
     with pytest.raises(SystemExit, match="is not a RobertaModel"):
-        export_gguf.main(["--model", str(tmp_path / "bert"), "--out", str(tmp_path / "bert.gguf")])
+        glyph_gguf.main(["--model", str(tmp_path / "bert"), "--out", str(tmp_path / "bert.gguf")])
     assert not (tmp_path / "bert.gguf").exists()
     with pytest.raises(FileNotFoundError, match="model.safetensors"):
-        export_gguf.export_gguf(tmp_path, tmp_path / "none.gguf")
+        glyph_gguf.export_gguf(tmp_path, tmp_path / "none.gguf")
 
 
 def test_main_end_to_end(tiny_roberta, tmp_path, capsys):
     folder, _ = tiny_roberta
     out = tmp_path / "sub" / "tiny.gguf"
-    assert export_gguf.main(["--model", str(folder), "--out", str(out), "--dtype", "f16",
+    assert glyph_gguf.main(["--model", str(folder), "--out", str(out), "--dtype", "f16",
                              "--check", *HELD_OUT[:3]]) == 0
     printed = capsys.readouterr().out
     assert out.is_file() and not list(out.parent.glob("*.partial")) and "f16" in printed
     assert printed.count("tokens identical") == 3
     assert min(float(line.split("PyTorch ")[1].split()[0]) for line in printed.splitlines()[1:]) >= COSINE["f16"]
     with pytest.raises(SystemExit, match="does not reproduce"):  # the check can fail
-        export_gguf.main(["--model", str(folder), "--out", str(out), "--check", HELD_OUT[0], "--min-cosine", "1.001"])
+        glyph_gguf.main(["--model", str(folder), "--out", str(out), "--check", HELD_OUT[0], "--min-cosine", "1.001"])
 
 
 def test_an_output_that_is_not_a_gguf_is_refused(tiny_roberta, tmp_path):
@@ -220,7 +220,7 @@ def test_an_output_that_is_not_a_gguf_is_refused(tiny_roberta, tmp_path):
     inputs = {path: path.read_bytes() for path in folder.iterdir()}
     for out in [*inputs, tmp_path / "glyph-tiny.bin"]:
         with pytest.raises(SystemExit, match=re.escape(f"export_gguf: {out}: not a .gguf path")):
-            export_gguf.main(["--model", str(folder), "--out", str(out)])
+            glyph_gguf.main(["--model", str(folder), "--out", str(out)])
     assert {path: path.read_bytes() for path in folder.iterdir()} == inputs  # the weights are untouched
     assert sorted(tmp_path.iterdir()) == [folder]
 
@@ -235,5 +235,5 @@ def test_weights_that_are_not_finite_are_refused(tiny_roberta, tmp_path, value, 
     out = tmp_path / "out" / "glyph-tiny.gguf"
     with pytest.raises(SystemExit, match=rf"encoder.layer.1.output.dense.weight \(blk.1.ffn_down.weight\) is not "
                                          rf"finite as written \({dtype}\): 1 of 8,192 values; nothing written"):
-        export_gguf.main(["--model", str(folder), "--out", str(out), "--dtype", dtype])
+        glyph_gguf.main(["--model", str(folder), "--out", str(out), "--dtype", dtype])
     assert not out.parent.exists()

@@ -9,10 +9,13 @@ import numpy as np
 import pytest
 from safetensors.numpy import load_file
 
-from conftest import assert_card_from_records, finish, kill_when, run_tool
+from helpers import assert_card_from_records, finish, kill_when, run_tool
 from shared_modeling.identity import embedding_space, trunk_hash
-from tools import build_glyph_corpus, evaluate_glyph, train_glyph
-from tools.build_glyph_corpus import read_triples
+from tools.glyph import corpus as glyph_corpus
+from tools.glyph import evaluate as glyph_evaluate
+from tools.glyph import metrics as glyph_metrics
+from tools.glyph import train as glyph_train
+from tools.glyph.data import read_triples
 from tools.glyph.generate import Lexicon
 from tools.glyph.grammar import OPERATORS
 
@@ -26,14 +29,14 @@ TINY_MODEL = ["--hidden-size", 32, "--num-layers", 2, "--num-heads", 2, "--inter
 @pytest.fixture(scope="module")
 def corpus(tmp_path_factory):
     out = tmp_path_factory.mktemp("glyph") / "corpus"
-    assert build_glyph_corpus.main(["--out", str(out), *map(str, TINY_CORPUS)]) == 0
+    assert glyph_corpus.main(["--out", str(out), *map(str, TINY_CORPUS)]) == 0
     return out
 
 
 @pytest.fixture(scope="module")
 def trained(tmp_path_factory, corpus):
     out = tmp_path_factory.mktemp("glyph") / "train"
-    assert train_glyph.main(["--corpus", str(corpus), "--out", str(out), *map(str, TINY_MODEL)]) == 0
+    assert glyph_train.main(["--corpus", str(corpus), "--out", str(out), *map(str, TINY_MODEL)]) == 0
     return out
 
 
@@ -85,8 +88,8 @@ def test_real_size_model_has_the_published_parameter_count():
         def __len__(self):
             return 6000
 
-    config = train_glyph.Config(corpus=Path("corpus"), out=Path("out"))  # the defaults are the published shape
-    model = RobertaModel(train_glyph.model_config(config, SixThousandTokens()))
+    config = glyph_train.Config(corpus=Path("corpus"), out=Path("out"))  # the defaults are the published shape
+    model = RobertaModel(glyph_train.model_config(config, SixThousandTokens()))
     assert sum(p.numel() for p in model.parameters()) == 6_407_168
 
 
@@ -128,22 +131,22 @@ def test_training_records_itself(trained):
 
 def test_a_finished_run_is_not_redone_and_another_config_is_refused(trained, corpus, capsys):
     before = (trained / "final" / "model.safetensors").read_bytes()
-    assert train_glyph.main(["--corpus", str(corpus), "--out", str(trained), *map(str, TINY_MODEL)]) == 0
+    assert glyph_train.main(["--corpus", str(corpus), "--out", str(trained), *map(str, TINY_MODEL)]) == 0
     assert "complete" in capsys.readouterr().out
     assert (trained / "final" / "model.safetensors").read_bytes() == before
     with pytest.raises(SystemExit, match="another config"):
-        train_glyph.main(["--corpus", str(corpus), "--out", str(trained), *map(str, TINY_MODEL), "--seed", "3"])
+        glyph_train.main(["--corpus", str(corpus), "--out", str(trained), *map(str, TINY_MODEL), "--seed", "3"])
     with pytest.raises(SystemExit, match="has no corpus.txt"):
-        train_glyph.main(["--corpus", str(trained), "--out", str(trained / "other")])
+        glyph_train.main(["--corpus", str(trained), "--out", str(trained / "other")])
 
 
 def test_training_resumes_exactly_after_kill_in_either_stage(tmp_path, corpus):
     common = ["--corpus", corpus, *TINY_MODEL]
-    finish(run_tool("train_glyph", "--out", tmp_path / "straight", *common))
+    finish(run_tool("glyph.train", "--out", tmp_path / "straight", *common))
     killed = tmp_path / "killed"
-    kill_when(run_tool("train_glyph", "--out", killed, *common), killed / "checkpoint-mlm.pt")
-    kill_when(run_tool("train_glyph", "--out", killed, *common), killed / "checkpoint-contrastive.pt")
-    output = finish(run_tool("train_glyph", "--out", killed, *common))
+    kill_when(run_tool("glyph.train", "--out", killed, *common), killed / "checkpoint-mlm.pt")
+    kill_when(run_tool("glyph.train", "--out", killed, *common), killed / "checkpoint-contrastive.pt")
+    output = finish(run_tool("glyph.train", "--out", killed, *common))
     assert "resuming contrastive" in output and "stage 1" not in output  # the finished stage is not redone
     straight = load_file(str(tmp_path / "straight" / "final" / "model.safetensors"))
     resumed = load_file(str(killed / "final" / "model.safetensors"))
@@ -153,20 +156,20 @@ def test_training_resumes_exactly_after_kill_in_either_stage(tmp_path, corpus):
 
 
 def test_win_rate_and_mrr_on_hand_made_scores():
-    scores = evaluate_glyph.win_rates([0.9, 0.2, 0.5, 0.5], [0.1, 0.3, 0.4, 0.5], ["a", "a", "b", "b"])
+    scores = glyph_metrics.win_rates([0.9, 0.2, 0.5, 0.5], [0.1, 0.3, 0.4, 0.5], ["a", "a", "b", "b"])
     assert scores["win_rate"] == 0.5  # a tie is a loss
     assert scores["families"] == {"a": {"win_rate": 0.5, "triples": 2}, "b": {"win_rate": 0.5, "triples": 2}}
     similarity = np.array([[0.9, 0.1, 0.5, 0.0],   # own item first: rank 1
                            [0.8, 0.7, 0.9, 0.0],   # two above it: rank 3
                            [0.0, 0.0, 0.0, 0.0]])  # all tied: ranked below the ties, rank 4
-    assert evaluate_glyph.mrr_at_10(similarity) == pytest.approx((1 + 1 / 3 + 1 / 4) / 3)
+    assert glyph_metrics.mrr_at_10(similarity) == pytest.approx((1 + 1 / 3 + 1 / 4) / 3)
     eleven_above = np.concatenate([[[0.0]], np.ones((1, 11))], axis=1)
-    assert evaluate_glyph.mrr_at_10(eleven_above) == 0.0
+    assert glyph_metrics.mrr_at_10(eleven_above) == 0.0
 
 
 def test_evaluation_table_has_its_sanity_rows(tmp_path, corpus, trained):
     out = tmp_path / "eval"
-    assert evaluate_glyph.main(["--corpus", str(corpus), "--out", str(out), "--retrieval-queries", "100",
+    assert glyph_evaluate.main(["--corpus", str(corpus), "--out", str(out), "--retrieval-queries", "100",
                                 "--encoder", f"tiny={trained / 'final'}"]) == 0
     rows = json.loads((out / "metrics.json").read_text())["rows"]
     assert list(rows) == ["random vectors", "character 3-gram Jaccard", "tiny"]
@@ -178,17 +181,17 @@ def test_evaluation_table_has_its_sanity_rows(tmp_path, corpus, trained):
 
 def test_corpus_is_not_rebuilt_and_other_options_are_refused(corpus, capsys):
     before = (corpus / "train.jsonl").stat().st_mtime_ns
-    assert build_glyph_corpus.main(["--out", str(corpus), *map(str, TINY_CORPUS)]) == 0
+    assert glyph_corpus.main(["--out", str(corpus), *map(str, TINY_CORPUS)]) == 0
     assert "complete" in capsys.readouterr().out and (corpus / "train.jsonl").stat().st_mtime_ns == before
     with pytest.raises(SystemExit, match="other options"):
-        build_glyph_corpus.main(["--out", str(corpus), *map(str, TINY_CORPUS), "--seed", "5"])
+        glyph_corpus.main(["--out", str(corpus), *map(str, TINY_CORPUS), "--seed", "5"])
 
 
 def test_export_fills_a_folder_that_loads_without_custom_code_and_in_llama_cpp(tmp_path, corpus, trained):
     from tools import export_glyph
 
     evaluation, hub = tmp_path / "eval", tmp_path / "glyph-embedder-v2"
-    assert evaluate_glyph.main(["--corpus", str(corpus), "--out", str(evaluation), "--retrieval-queries", "50",
+    assert glyph_evaluate.main(["--corpus", str(corpus), "--out", str(evaluation), "--retrieval-queries", "50",
                                 "--encoder", f"glyph-embedder-v2={trained / 'final'}"]) == 0
     assert export_glyph.main(["--corpus", str(corpus), "--train", str(trained), "--eval", str(evaluation),
                               "--out", str(tmp_path / "export"), "--to", str(hub), "--parity-strings", "40"]) == 0
@@ -212,7 +215,7 @@ def test_export_refuses_an_evaluation_of_other_weights(tmp_path, corpus, trained
     from tools import export_glyph
 
     evaluation = tmp_path / "eval"
-    assert evaluate_glyph.main(["--corpus", str(corpus), "--out", str(evaluation), "--retrieval-queries", "50",
+    assert glyph_evaluate.main(["--corpus", str(corpus), "--out", str(evaluation), "--retrieval-queries", "50",
                                 "--encoder", "glyph-embedder-v2=teacher:all-MiniLM-L6-v2"]) == 0
     with pytest.raises(SystemExit, match="scored other weights"):
         export_glyph.main(["--corpus", str(corpus), "--train", str(trained), "--eval", str(evaluation),

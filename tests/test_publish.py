@@ -18,11 +18,11 @@ import pytest
 import torch
 from transformers import AutoModel
 
-from conftest import ENV, ROOT, TINY_CAPTIONBERT, build_from_folder, captionbert_copy
+from helpers import ENV, ROOT, TINY_CAPTIONBERT, build_from_folder, captionbert_copy
 from mock_hub import GITATTRIBUTES, serve
 from shared_modeling.amoe import Arm, Dispatch, save_arm, save_dispatch
 from shared_modeling.identity import trunk_hash
-from tools import publish
+from tools import publish, registry
 
 TOKEN = "hf_mock_write_token"
 PREFIX = "test-org"
@@ -173,10 +173,11 @@ def test_bad_arguments_are_refused_with_a_clear_message(args, message):
 def test_the_allow_list_publishes_every_file_of_the_hub_folders_and_nothing_else(tmp_path):
     """Each Hub folder's tracked files and the weights make demo builds go up; files a run leaves beside them do
     not, and are listed as skipped."""
-    for name, product in publish.PRODUCTS.items():
+    for pipeline in registry.PIPELINES:
+        name = pipeline.folder
         tracked = subprocess.run(["git", "ls-files", name], cwd=ROOT, capture_output=True, text=True, check=True)
         model_files = {path.removeprefix(f"{name}/") for path in tracked.stdout.split()}
-        model_files |= {pattern.replace("*", "weights") for pattern in product.weights}
+        model_files |= {pattern.replace("*", "weights") for pattern in pipeline.weights}
         for file in model_files | set(NOT_MODEL):
             (tmp_path / name / file).parent.mkdir(parents=True, exist_ok=True)
             (tmp_path / name / file).touch()

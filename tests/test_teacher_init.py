@@ -1,12 +1,13 @@
-"""Weight selection (tools/teacher_init.py): a student started from a wider BERT-shaped teacher's weights."""
+"""Weight selection (tools/captionbert/teacher_init.py): a student started from a wider BERT-shaped teacher's
+weights."""
 
 import numpy as np
 import pytest
 import torch
 from transformers import AutoTokenizer, BertConfig, BertModel
 
-from conftest import CAPTIONBERT, TINY_CAPTIONBERT, build_from_folder, captionbert_copy
-from tools import teacher_init
+from helpers import CAPTIONBERT, TINY_CAPTIONBERT, build_from_folder, captionbert_copy
+from tools.captionbert import teacher_init
 
 
 def tiny_bert(hidden_size, heads, intermediate_size, layers=2, seed=0):

@@ -1,5 +1,5 @@
 """AMOE training: the arm losses, the pair datasets (never STS-8 text), greedy selection against the control, and
-tools/train_amoe.py end to end (solo -> dispatch -> select) on a tiny trunk."""
+tools/captionbert/amoe/train.py end to end (solo -> dispatch -> select) on a tiny trunk."""
 
 import itertools
 import json
@@ -11,7 +11,9 @@ import torch
 import torch.nn.functional as F
 
 from shared_modeling.losses import cosent, info_nce_with_hard_negatives
-from tools import corpus, evaluate, pairs, train_amoe
+from tools import corpus, sts
+from tools.captionbert.amoe import pairs
+from tools.captionbert.amoe import train as amoe_train
 
 
 # ---- losses --------------------------------------------------------------------------------------------------------
@@ -70,7 +72,7 @@ def test_tsv_pairs_kinds_and_errors(tmp_path, data_dir):
         pairs.load(str(tmp_path / "bad.tsv"), data_dir)
     with pytest.raises(ValueError, match="unknown pair data"):
         pairs.load("simplify", data_dir)
-    first, second, _ = evaluate.load_task(data_dir, "SICK-R")[0]  # STS-8 test text is refused as training text
+    first, second, _ = sts.load_task(data_dir, "SICK-R")[0]  # STS-8 test text is refused as training text
     (tmp_path / "leak.tsv").write_text(f"{first}\t{second}\n")
     with pytest.raises(ValueError, match="no rows left"):
         pairs.load(str(tmp_path / "leak.tsv"), data_dir)
@@ -79,26 +81,26 @@ def test_tsv_pairs_kinds_and_errors(tmp_path, data_dir):
 # ---- greedy selection ----------------------------------------------------------------------------------------------
 
 def test_greedy_selection_compares_with_the_control_at_the_same_count_and_stops_at_the_bar():
-    value = {"equiv": 0.10, "paraphrase": 0.05, "sts": 0.004, train_amoe.CONTROL: 0.0}
+    value = {"equiv": 0.10, "paraphrase": 0.05, "sts": 0.004, amoe_train.CONTROL: 0.0}
     seen = []
 
     def evaluate_roster(roster):  # additive toy scores: the control adds nothing
         seen.append(list(roster))
         return {"mean": 0.5 + sum(value[name] for name in roster)}, None
 
-    accepted, steps = train_amoe.greedy_selection(["sts", "paraphrase", "equiv"], evaluate_roster, bar=0.01)
+    accepted, steps = amoe_train.greedy_selection(["sts", "paraphrase", "equiv"], evaluate_roster, bar=0.01)
     assert accepted == ["equiv", "paraphrase"]
     assert [s["verdict"] for s in steps] == ["accepted", "accepted", "rejected"]  # sts gains .004 < bar .01
-    assert ["equiv", train_amoe.CONTROL] in seen and ["equiv", "paraphrase", train_amoe.CONTROL] in seen
+    assert ["equiv", amoe_train.CONTROL] in seen and ["equiv", "paraphrase", amoe_train.CONTROL] in seen
     assert steps[1]["margin"] == pytest.approx(0.05)
-    assert train_amoe.greedy_selection(["sts"], evaluate_roster, bar=0.01)[0] == []
+    assert amoe_train.greedy_selection(["sts"], evaluate_roster, bar=0.01)[0] == []
 
 
 # ---- the tool end to end on a tiny trunk ---------------------------------------------------------------------------
 
 @pytest.fixture(scope="module")
 def tiny_trunk(tmp_path_factory):
-    from conftest import TINY_CAPTIONBERT, build_from_folder, captionbert_copy
+    from helpers import TINY_CAPTIONBERT, build_from_folder, captionbert_copy
 
     folder = captionbert_copy(tmp_path_factory.mktemp("trunk") / "captionbert",
                               **{**TINY_CAPTIONBERT, "hidden_size": 64, "intermediate_size": 128})
@@ -114,12 +116,12 @@ def test_train_amoe_solo_dispatch_select_end_to_end(tiny_trunk, tmp_path, data_d
     solo = tmp_path / "solo"
     for name in ("equiv", "sts"):
         for seed in (0, 1):
-            assert train_amoe.main(["solo", "--data", name, "--seed", str(seed), "--steps", "10", "--learning-rate",
+            assert amoe_train.main(["solo", "--data", name, "--seed", str(seed), "--steps", "10", "--learning-rate",
                                     "0.01", "--out", str(solo / f"{name}-seed{seed}"), *common]) == 0
     record = json.loads((solo / "equiv-seed0" / "metrics.json").read_text())
     assert record["status"] == "complete" and set(record["sts8"]) == {"BIOSSES", "STS-B", "mean"}
     assert json.loads((solo / "equiv-seed0" / "run.json").read_text())["status"] == "ok"
-    assert train_amoe.main(["solo", "--data", "equiv", "--out", str(solo / "equiv-seed0"), *common]) == 0  # skipped
+    assert amoe_train.main(["solo", "--data", "equiv", "--out", str(solo / "equiv-seed0"), *common]) == 0  # skipped
 
     model = AutoModel.from_pretrained(tiny_trunk, trust_remote_code=True).eval()
     bare = model._amoe_fingerprint()
@@ -128,7 +130,7 @@ def test_train_amoe_solo_dispatch_select_end_to_end(tiny_trunk, tmp_path, data_d
     model.detach_amoe()
 
     mixed = tmp_path / "dispatch"
-    assert train_amoe.main(["dispatch", "--arm", str(solo / "equiv-seed0"), "--arm", "control",
+    assert amoe_train.main(["dispatch", "--arm", str(solo / "equiv-seed0"), "--arm", "control",
                             "--arm", str(solo / "sts-seed0"), "--alarm-every", "1", "--steps", "3", "--out", str(mixed),
                             *common]) == 0
     record = json.loads((mixed / "metrics.json").read_text())
@@ -142,10 +144,10 @@ def test_train_amoe_solo_dispatch_select_end_to_end(tiny_trunk, tmp_path, data_d
 
     # Arms on a random tiny trunk do not clear the seed-spread bar (the decision rule is tested above), so the
     # selection here runs with no bar, to drive the whole shipping path: every comparison is still trained and scored.
-    real_selection = train_amoe.greedy_selection
-    monkeypatch.setattr(train_amoe, "greedy_selection", lambda names, score, bar: real_selection(names, score, -1.0))
+    real_selection = amoe_train.greedy_selection
+    monkeypatch.setattr(amoe_train, "greedy_selection", lambda names, score, bar: real_selection(names, score, -1.0))
     selected = tmp_path / "select"
-    assert train_amoe.main(["select", "--solo", str(solo), "--candidates", "equiv", "sts", "--out", str(selected),
+    assert amoe_train.main(["select", "--solo", str(solo), "--candidates", "equiv", "sts", "--out", str(selected),
                             "--tau-sweep", "0.05", "--steps", "3", *common]) == 0
     record = json.loads((selected / "metrics.json").read_text())
     arms = json.loads((selected / "amoe" / "arms" / "ARMS.json").read_text())
@@ -160,7 +162,7 @@ def test_train_amoe_solo_dispatch_select_end_to_end(tiny_trunk, tmp_path, data_d
     model.attach_amoe(path=selected / "amoe")
     assert model._amoe["dispatch"].roster == record["shipped"]["roster"]
 
-    # What tools/export_captionbert.py ships and writes: the folder loads the collective in a fresh process, every
+    # What tools/captionbert/export.py ships and writes: the folder loads the collective in a fresh process, every
     # arm off is the bare trunk there, and the card's AMOE section is generated from these records.
     from tools import export_captionbert
 
@@ -181,10 +183,10 @@ def test_train_amoe_solo_dispatch_select_end_to_end(tiny_trunk, tmp_path, data_d
 
     # A selection where no candidate clears the bar is a result, not a failure: the run completes, records every
     # comparison, writes no amoe/ library, and the card's section says no collective ships and why.
-    monkeypatch.setattr(train_amoe, "greedy_selection",
+    monkeypatch.setattr(amoe_train, "greedy_selection",
                         lambda names, score, bar: real_selection(names, score, math.inf))
     rejected = tmp_path / "select-rejected"
-    assert train_amoe.main(["select", "--solo", str(solo), "--candidates", "equiv", "sts", "--out", str(rejected),
+    assert amoe_train.main(["select", "--solo", str(solo), "--candidates", "equiv", "sts", "--out", str(rejected),
                             "--steps", "3", *common]) == 0
     record = json.loads((rejected / "metrics.json").read_text())
     assert record["shipped"] is None and not (rejected / "amoe").exists()

@@ -1,4 +1,4 @@
-"""tools/train_geolip.py, tools/evaluate_geolip.py and tools/export_geolip.py end to end on a tiny frozen BERT base
+"""tools/geolip/train.py, tools/geolip/evaluate.py and tools/geolip/export.py end to end on a tiny frozen BERT base
 and a tiny teacher (real long descriptions); the spliced-tails groups (real descriptions, the real uncased
 tokenizer); the retrieval measures on known cases."""
 
@@ -11,8 +11,13 @@ import pytest
 import torch
 from transformers import AutoModel
 
-from conftest import ROOT, assert_card_from_records, tiny_teacher
-from tools import corpus, evaluate_geolip, export_geolip, teachers, train_geolip
+from helpers import ROOT, assert_card_from_records, tiny_teacher
+from tools import corpus, teachers
+from tools.geolip import evaluate as geolip_evaluate
+from tools.geolip import export as geolip_export
+from tools.geolip import train as geolip_train
+from tools.geolip import data as geolip_data
+from tools.geolip import metrics as geolip_metrics
 
 
 def test_tiny_run_trains_evaluates_and_exports_a_loadable_folder(tmp_path, data_dir):
@@ -23,13 +28,13 @@ def test_tiny_run_trains_evaluates_and_exports_a_loadable_folder(tmp_path, data_
             "--validate-every", "2", "--checkpoint-every", "2", "--log-every", "1", "--init-texts", "16",
             "--cv-target-texts", "3", "--cv-samples", "4", "--fusion-layers", "2", "--memory-slots", "4",
             "--memory-heads", "2", "--splice-groups", "3"]
-    assert train_geolip.main(argv) == 0
+    assert geolip_train.main(argv) == 0
     metrics = json.loads((out / "metrics.json").read_text())
     final = metrics["final"]
     assert metrics["validation_texts"] >= 24 and final["gallery"] == metrics["validation_texts"]
     assert final["splice"] == {"k": 10, "groups": 3, "skipped": 0} and final["base_window"] == 77
     assert final["whole_window"] == 512  # a plain BERT folder: its position limit
-    assert list(final["rows"]) == list(train_geolip.ROWS)
+    assert list(final["rows"]) == list(geolip_metrics.ROWS)
     for row in final["rows"].values():
         assert 0 <= row["m_acc"] <= 1 and 0 <= row["spliced_top1"] <= 1
         assert abs(row["mean_cosine"]) <= 1 + 1e-6  # float32 cosines of unit vectors overshoot 1 by rounding
@@ -48,12 +53,12 @@ def test_tiny_run_trains_evaluates_and_exports_a_loadable_folder(tmp_path, data_
     assert model.encode(["a dog runs on the beach"]).shape == (1, 32)
     base_weights = AutoModel.from_pretrained(base).state_dict()
     assert all(torch.equal(value, model.base.state_dict()[key]) for key, value in base_weights.items())  # frozen
-    assert train_geolip.main(argv) == 0  # complete: nothing to do
+    assert geolip_train.main(argv) == 0  # complete: nothing to do
 
     # the evaluation scores final/ against every baseline on the same held-out gallery and spliced groups
-    assert evaluate_geolip.main(["--train", str(out), "--out", str(tmp_path / "eval")]) == 0
+    assert geolip_evaluate.main(["--train", str(out), "--out", str(tmp_path / "eval")]) == 0
     evaluation = json.loads((tmp_path / "eval" / "metrics.json").read_text())
-    assert evaluation["gallery"] == metrics["validation_texts"] and list(evaluation["rows"]) == list(train_geolip.ROWS)
+    assert evaluation["gallery"] == metrics["validation_texts"] and list(evaluation["rows"]) == list(geolip_metrics.ROWS)
     assert evaluation["splice"] == final["splice"] and evaluation["whole_window"] == 512
     for name, row in evaluation["rows"].items():
         for key in ("m_acc", "mean_cosine", "spliced_top1"):
@@ -65,7 +70,7 @@ def test_tiny_run_trains_evaluates_and_exports_a_loadable_folder(tmp_path, data_
     folder.mkdir()
     for path in (ROOT / "geolip-clip-ctx576").glob("*.py"):
         shutil.copy(path, folder)
-    assert export_geolip.main(["--train", str(out), "--eval", str(tmp_path / "eval"), "--out",
+    assert geolip_export.main(["--train", str(out), "--eval", str(tmp_path / "eval"), "--out",
                                str(tmp_path / "export"), "--to", str(folder), "--parity-texts", "4"]) == 0
     export = json.loads((tmp_path / "export" / "metrics.json").read_text())
     assert export["max_difference"] <= 1e-5 and export["hidden_size"] == 32 and export["teacher_dim"] == 48
@@ -74,18 +79,18 @@ def test_tiny_run_trains_evaluates_and_exports_a_loadable_folder(tmp_path, data_
     assert f"| {evaluation['rows']['memory']['m_acc']:.3f} |" in card and "not the CLIP-L model" in card
     assert "452 distinct tokens" in card and (folder / "model.safetensors").exists()
     assert "CLIP-sized window of 77 tokens" in card and "spliced-tails top-1 (of 10, 3 groups)" in card
-    for name in train_geolip.ROWS:  # every row, in the table
-        assert f"| {export_geolip.row_name(name, evaluation)} | {evaluation['rows'][name]['m_acc']:.3f} |" in card
+    for name in geolip_metrics.ROWS:  # every row, in the table
+        assert f"| {geolip_export.row_name(name, evaluation)} | {evaluation['rows'][name]['m_acc']:.3f} |" in card
     rows = evaluation["rows"]
     assert export["goals"]["m_acc_above_window"]["met"] == (rows["memory"]["m_acc"] > rows["window"]["m_acc"])
     assert export["goals"]["spliced_top1"]["value"] == rows["memory"]["spliced_top1"]
-    for name in export_geolip.BASELINES:  # said plainly wherever the memory does not beat a baseline on m_acc
+    for name in geolip_export.BASELINES:  # said plainly wherever the memory does not beat a baseline on m_acc
         lost = rows["memory"]["m_acc"] <= rows[name]["m_acc"]
-        assert (f"{export_geolip.row_name(name, evaluation)} on m_acc (" in card) == lost
+        assert (f"{geolip_export.row_name(name, evaluation)} on m_acc (" in card) == lost
     assert_card_from_records(tmp_path / "export", folder)
 
     # with an ablation run (here the same evaluation, for the code path) the card compares them and names the shipped
-    assert export_geolip.main(["--train", str(out), "--eval", str(tmp_path / "eval"), "--ablation",
+    assert geolip_export.main(["--train", str(out), "--eval", str(tmp_path / "eval"), "--ablation",
                                str(tmp_path / "eval"), "--out", str(tmp_path / "export-ablation"), "--to", str(folder),
                                "--parity-texts", "2"]) == 0
     card = (folder / "README.md").read_text()
@@ -95,15 +100,15 @@ def test_tiny_run_trains_evaluates_and_exports_a_loadable_folder(tmp_path, data_
     assert export["embedding_space"] == AutoModel.from_pretrained(folder, trust_remote_code=True).embedding_space
     (tmp_path / "eval" / "metrics.json").write_text(json.dumps({**evaluation, "weights_sha256": "0" * 64}))
     with pytest.raises(SystemExit, match="other weights"):
-        export_geolip.main(["--train", str(out), "--eval", str(tmp_path / "eval"), "--out", str(tmp_path / "x"),
+        geolip_export.main(["--train", str(out), "--eval", str(tmp_path / "eval"), "--out", str(tmp_path / "x"),
                             "--to", str(folder)])
 
 
 def test_retrieval_measures_on_known_cases():
     gallery = torch.eye(4)
-    perfect = evaluate_geolip.retrieval(gallery * 3, gallery)
+    perfect = geolip_metrics.retrieval(gallery * 3, gallery)
     assert perfect == {"m_acc": 1.0, "recall_at_5": 1.0, "mrr": 1.0, "mean_cosine": pytest.approx(1.0)}
-    shifted = evaluate_geolip.retrieval(gallery.roll(1, dims=0), gallery)  # every query finds another row first
+    shifted = geolip_metrics.retrieval(gallery.roll(1, dims=0), gallery)  # every query finds another row first
     assert shifted["m_acc"] == 0 and shifted["recall_at_5"] == 1.0 and shifted["mean_cosine"] == 0
     assert shifted["mrr"] == pytest.approx(0.5)  # its own row ties with the other two zeros: rank 2
 
@@ -111,9 +116,9 @@ def test_retrieval_measures_on_known_cases():
 def test_the_model_is_built_in_eval_mode(tmp_path):
     """The projector's Procrustes initialisation and the baselines' maps embed before the loop sets modes: the
     base's dropout must already be off then."""
-    config = train_geolip.Config(out=tmp_path, base=str(tiny_teacher(tmp_path / "base", 32, seed=3)),
+    config = geolip_data.Config(out=tmp_path, base=str(tiny_teacher(tmp_path / "base", 32, seed=3)),
                                  fusion_layers=2, memory_slots=4, memory_heads=2)
-    model = train_geolip.build_model(config, teacher_dim=48)
+    model = geolip_data.build_model(config, teacher_dim=48)
     assert not any(module.training for module in model.modules())
 
 
@@ -126,20 +131,20 @@ def test_the_teacher_cache_is_used_only_for_the_same_teacher_precision_and_texts
             return torch.randn(len(texts), 4).numpy()
 
     shared = tmp_path / "shared" / "teacher.npy"
-    config = train_geolip.Config(out=tmp_path / "a", teacher="t", teacher_cache=shared)
-    first = train_geolip.teacher_embeddings(config, CountingTeacher(), ["one", "two"])
-    other_run = train_geolip.Config(out=tmp_path / "b", teacher="t", teacher_cache=shared)
-    assert (train_geolip.teacher_embeddings(other_run, CountingTeacher(), ["one", "two"]) == first).all()
+    config = geolip_data.Config(out=tmp_path / "a", teacher="t", teacher_cache=shared)
+    first = geolip_data.teacher_embeddings(config, CountingTeacher(), ["one", "two"])
+    other_run = geolip_data.Config(out=tmp_path / "b", teacher="t", teacher_cache=shared)
+    assert (geolip_data.teacher_embeddings(other_run, CountingTeacher(), ["one", "two"]) == first).all()
     assert len(calls) == 1  # the second run read the shared cache
     for changed in (dataclasses.replace(config, teacher_precision="bf16"), dataclasses.replace(config, teacher="u")):
-        train_geolip.teacher_embeddings(changed, CountingTeacher(), ["one", "two"])
-    train_geolip.teacher_embeddings(config, CountingTeacher(), ["one", "three"])
+        geolip_data.teacher_embeddings(changed, CountingTeacher(), ["one", "two"])
+    geolip_data.teacher_embeddings(config, CountingTeacher(), ["one", "three"])
     assert len(calls) == 4  # another precision, teacher or text list is embedded again
-    assert train_geolip.cached_teacher_embeddings(config, ["one", "two"]) is None  # the file now holds the last
+    assert geolip_data.cached_teacher_embeddings(config, ["one", "two"]) is None  # the file now holds the last
 
 
 def test_a_teacher_pass_killed_between_chunks_resumes_at_its_last_saved_chunk(tmp_path, monkeypatch):
-    monkeypatch.setattr(train_geolip, "TEACHER_CHUNK", 2)
+    monkeypatch.setattr(geolip_data, "TEACHER_CHUNK", 2)
     texts = [f"text {i}" for i in range(7)]
     seen = []
 
@@ -153,20 +158,20 @@ def test_a_teacher_pass_killed_between_chunks_resumes_at_its_last_saved_chunk(tm
             seen.append(list(chunk))
             return np.array([[float(text.split()[1]), 1.0] for text in chunk], dtype=np.float32)
 
-    config = train_geolip.Config(out=tmp_path, teacher="t")
+    config = geolip_data.Config(out=tmp_path, teacher="t")
     with pytest.raises(KeyboardInterrupt):
-        train_geolip.teacher_embeddings(config, Teacher(fail_at=2), texts)
-    assert seen == [texts[0:2], texts[2:4]] and train_geolip.cached_teacher_embeddings(config, texts) is None
-    embeddings = train_geolip.teacher_embeddings(config, Teacher(), texts)
+        geolip_data.teacher_embeddings(config, Teacher(fail_at=2), texts)
+    assert seen == [texts[0:2], texts[2:4]] and geolip_data.cached_teacher_embeddings(config, texts) is None
+    embeddings = geolip_data.teacher_embeddings(config, Teacher(), texts)
     assert seen[2:] == [texts[4:6], texts[6:7]]  # only the chunks not saved before the kill
     assert embeddings[:, 0].tolist() == list(range(7))
-    assert (train_geolip.cached_teacher_embeddings(config, texts) == embeddings).all()
+    assert (geolip_data.cached_teacher_embeddings(config, texts) == embeddings).all()
     assert sorted(path.name for path in tmp_path.iterdir()) == ["teacher-texts.json", "teacher.npy"]
     # A partial pass of other texts is never resumed for these.
     with pytest.raises(KeyboardInterrupt):
-        train_geolip.teacher_embeddings(config, Teacher(fail_at=len(seen) + 1), ["text 8", "text 9", "text 10"])
+        geolip_data.teacher_embeddings(config, Teacher(fail_at=len(seen) + 1), ["text 8", "text 9", "text 10"])
     seen.clear()
-    train_geolip.teacher_embeddings(config, Teacher(), texts[:5])
+    geolip_data.teacher_embeddings(config, Teacher(), texts[:5])
     assert seen == [texts[0:2], texts[2:4], texts[4:5]]
 
 
@@ -181,14 +186,14 @@ def held_out(data_dir):
 
 def test_spliced_texts_share_their_first_base_window_tokens_exactly_and_differ_after(held_out):
     texts, tokenizer = held_out
-    spliced, skipped = train_geolip.spliced_tails(tokenizer, texts, 77, 10, 8, seed=0)
+    spliced, skipped = geolip_data.spliced_tails(tokenizer, texts, 77, 10, 8, seed=0)
     assert len(spliced) == 8 * 10 and skipped == 0
     for g in range(8):
         group = spliced[g * 10:(g + 1) * 10]
         tokens = tokenizer(group, verbose=False)["input_ids"]  # special tokens included, as the base reads them
         assert all(row[:77] == tokens[0][:77] for row in tokens)
         assert len({tuple(row[77:]) for row in tokens}) == 10  # ... and all differ after them
-    assert spliced != train_geolip.spliced_tails(tokenizer, texts, 77, 10, 8, seed=1)[0]  # the seed draws the groups
+    assert spliced != geolip_data.spliced_tails(tokenizer, texts, 77, 10, 8, seed=1)[0]  # the seed draws the groups
 
 
 def test_spliced_groups_whose_tokens_do_not_reproduce_the_prefix_are_skipped(held_out):
@@ -204,21 +209,21 @@ def test_spliced_groups_whose_tokens_do_not_reproduce_the_prefix_are_skipped(hel
                     row.insert(0, 0)
         return encoded
 
-    spliced, skipped = train_geolip.spliced_tails(shifts_long_texts, texts, 77, 10, 8, seed=0)
+    spliced, skipped = geolip_data.spliced_tails(shifts_long_texts, texts, 77, 10, 8, seed=0)
     assert skipped > 0 and len(spliced) == (8 - skipped) * 10
 
 
 def test_texts_that_end_within_the_window_give_no_spliced_groups(held_out, capsys):
     _, tokenizer = held_out
-    assert train_geolip.spliced_tails(tokenizer, ["a dog runs on the beach"] * 30, 77, 10, 8, seed=0) == ([], 0)
+    assert geolip_data.spliced_tails(tokenizer, ["a dog runs on the beach"] * 30, 77, 10, 8, seed=0) == ([], 0)
     assert "0 held-out texts run past the 77-token window" in capsys.readouterr().out
 
 
 def test_spliced_top1_on_known_cases():
     targets = torch.eye(6)
-    assert train_geolip.spliced_top1(targets * 2, targets, 3) == 1  # each finds its own within its group
+    assert geolip_metrics.spliced_top1(targets * 2, targets, 3) == 1  # each finds its own within its group
     one_per_group = targets.view(2, 3, 6)[:, :1].expand(2, 3, 6).reshape(6, 6)  # a group's texts share one embedding
-    assert train_geolip.spliced_top1(one_per_group, targets, 3) == 1 / 3
+    assert geolip_metrics.spliced_top1(one_per_group, targets, 3) == 1 / 3
 
 
 def test_goals_and_rows_of_a_clip_base_that_has_no_whole_text_row():
@@ -232,17 +237,17 @@ def test_goals_and_rows_of_a_clip_base_that_has_no_whole_text_row():
                   "rows": {"memory": row(0.95, 0.70, 0.92), "window": row(0.90, 0.80, 0.1),
                            "first_segment": row(0.6, 0.5, 0.1), "segment_mean": row(0.96, 0.6, 0.5),
                            "teacher": row(1.0, 1.0, 1.0)}}
-    config = export_geolip.Config(train=ROOT, eval=ROOT, out=ROOT)
-    goals = export_geolip.goals(evaluation, config)
+    config = geolip_export.Config(train=ROOT, eval=ROOT, out=ROOT)
+    goals = geolip_export.goals(evaluation, config)
     assert goals["gap_closed"]["met"] is None and "no whole-text row" in goals["gap_closed"]["why"]
     assert goals["m_acc_above_window"]["met"] and goals["spliced_top1"]["met"] and goals["gallery"]["met"]
     assert not goals["cosine_above_window"]["met"]
-    table = export_geolip.retrieval_table(evaluation)
+    table = geolip_export.retrieval_table(evaluation)
     assert "| the base reading the whole text | n/a: the base reads no more than its window |" in table
     assert "| **memory (this model)** | 0.950 | 0.950 | 0.950 | 0.700 | 0.920 |" in table
-    assert export_geolip.shortfalls(evaluation) == (
+    assert geolip_export.shortfalls(evaluation) == (
         "**Where the memory does not beat a baseline:** the base on its window (77 tokens) on mean cosine to the "
         "teacher (0.700 vs 0.800); the mean of the base's per-segment embeddings on m_acc (0.950 vs 0.960), "
         "recall@5 (0.950 vs 0.960), MRR (0.950 vs 0.960).")
     assert "| mean cosine to the teacher above the base on its window | 0.700 | > 0.800 | **missed** |" in \
-        export_geolip.goals_table(goals, evaluation)
+        geolip_export.goals_table(goals, evaluation)

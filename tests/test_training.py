@@ -11,8 +11,10 @@ import torch
 from torch import nn
 from torch.utils.tensorboard import SummaryWriter
 
-from conftest import plant_code
-from tools import train_geolip, train_glyph, training
+from helpers import plant_code
+from tools import training
+from tools.geolip import train as geolip_train
+from tools.glyph import train as glyph_train
 from tools.training import batch_at, run_stage
 
 
@@ -97,7 +99,7 @@ def test_precision_auto_is_bf16_only_where_the_hardware_computes_it(monkeypatch,
     assert training.resolve_precision("fp32", "cpu") == "fp32" and training.resolve_precision("bf16", "cpu") == "bf16"
     with pytest.raises(SystemExit, match="--precision must be one of auto, bf16, fp32, got 'half'"):
         training.resolve_precision("half", "cpu")
-    assert train_glyph.parse_config(["--corpus", "c", "--out", "o"]).precision == expected
-    geolip = train_geolip.parse_config(["--out", "o"])
+    assert glyph_train.parse_config(["--corpus", "c", "--out", "o"]).precision == expected
+    geolip = geolip_train.parse_config(["--out", "o"])
     assert geolip.precision == expected and geolip.teacher_precision == expected
-    assert train_geolip.parse_config(["--out", "o", "--precision", "fp32"]).precision == "fp32"
+    assert geolip_train.parse_config(["--out", "o", "--precision", "fp32"]).precision == "fp32"

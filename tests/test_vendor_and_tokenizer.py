@@ -4,23 +4,24 @@ import shutil
 
 from transformers import AutoTokenizer
 
-from conftest import CAPTIONBERT, ROOT
-from tools import make_tokenizer, teachers, vendor
+from helpers import CAPTIONBERT, ROOT
+from tools import registry, runs, teachers, vendor
+from tools.captionbert import tokenizer as captionbert_tokenizer
 
 
 def test_vendored_copies_match_shared_modeling():
     assert vendor.main(["--check"]) == 0
-    for folder in vendor.VENDORED:
-        for path, text in vendor.expected_copies(ROOT / folder).items():
+    for pipeline in registry.PIPELINES:
+        for path, text in vendor.expected_copies(pipeline.path).items():
             assert path.read_text() == text
             assert text.startswith("# Generated from shared_modeling/")
 
 
 def test_check_vendor_detects_drift_and_vendor_repairs_it(tmp_path, monkeypatch):
     shutil.copytree(ROOT / "shared_modeling", tmp_path / "shared_modeling")
-    for folder in vendor.VENDORED:
-        shutil.copytree(ROOT / folder, tmp_path / folder, ignore=shutil.ignore_patterns("__pycache__"))
-    monkeypatch.setattr(vendor, "ROOT", tmp_path)
+    for pipeline in registry.PIPELINES:
+        shutil.copytree(pipeline.path, tmp_path / pipeline.folder, ignore=shutil.ignore_patterns("__pycache__"))
+    monkeypatch.setattr(runs, "ROOT", tmp_path)
     monkeypatch.setattr(vendor, "SOURCE", tmp_path / "shared_modeling")
     assert vendor.main(["--check"]) == 0
 
@@ -40,7 +41,7 @@ def test_check_vendor_detects_drift_and_vendor_repairs_it(tmp_path, monkeypatch)
 
 
 def test_tokenizer_files_are_what_the_tool_writes(tmp_path):
-    assert make_tokenizer.main(["--out", str(tmp_path)]) == 0
+    assert captionbert_tokenizer.main(["--out", str(tmp_path)]) == 0
     for name in ("tokenizer.json", "tokenizer_config.json"):
         assert (tmp_path / name).read_bytes() == (CAPTIONBERT / name).read_bytes(), name
 

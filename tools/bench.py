@@ -17,9 +17,9 @@ captions, tokenized by captionbert's tokenizer. One run measures:
      built) and its time, SDPA vs eager attention, each in a fresh subprocess. Target: SDPA <= 0.25x eager memory.
   4. Teacher extraction on the real caption mix (a seeded sample of tools/corpus.py's default corpus, long
      ImageInWords descriptions included), fp32: tools/encoders.py's length-bucketed path (what
-     tools/extract_teachers.py runs) vs naive padded batches in corpus order, both on the BertModel above saved as
+     tools/captionbert/extract.py runs) vs naive padded batches in corpus order, both on the BertModel above saved as
      a plain HF teacher folder. Target >= 1.5x.
-  5. Student training steps (tools/distill_captionbert.train_step: bf16 autocast forward where the CPU computes bf16,
+  5. Student training steps (tools/captionbert/train.train_step: bf16 autocast forward where the CPU computes bf16,
      else float32; InfoNCE + MSE, backward, fused Adam) on bucketed batches of that sample: captionbert vs BertModel
      of the same shape with the same pooling and head. Target >= 1.0x. (5b) the same captionbert step with torch's
      default CPU Adam (tensor by tensor, what the trainers ran before tools/training.adam). Reported.
@@ -75,10 +75,13 @@ from shared_modeling.amoe import (ATOMS, GROUP_WIDTH, HEAD_WIDTH, KEY_WIDTH, SLO
 from shared_modeling.identity import trunk_hash
 from shared_modeling.pooling import l2_normalize, masked_mean_pool
 from shared_modeling.segments import segment_spans
-from tools import corpus, distill_captionbert, encoders, export_gguf, runs, train_geolip, training
+from tools import corpus, encoders, registry, runs, training
+from tools.captionbert import data as captionbert_data
+from tools.captionbert import train as captionbert_train
+from tools.glyph import gguf
+from tools.geolip import data as geolip_data
 
-ROOT = Path(__file__).resolve().parent.parent
-CAPTIONBERT = ROOT / "captionbert-8192-v2"
+CAPTIONBERT = registry.CAPTIONBERT.path
 CAPTIONS = Path("captions") / "flickr8k" / "Flickr8k.token.txt"
 # Both models share vocabulary (30,522) and positions (8,192); only the trunk changes between the two shapes.
 SHAPES = {
@@ -91,7 +94,7 @@ DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
 @dataclass
 class Config:
     data_dir: Path = runs.default_data_dir()  # holds captions/flickr8k/Flickr8k.token.txt
-    out: Path = ROOT / "runs"  # the report goes to <out>/bench/<timestamp>/
+    out: Path = runs.ROOT / "runs"  # the report goes to <out>/bench/<timestamp>/
     captions: int = 256  # captions sampled (seeded) from Flickr8k for the throughput comparisons
     batch_size: int = 64  # rows per batch, both models, both comparisons
     repeats: int = 5  # timed repeats per comparison after one warm-up; the median is reported
@@ -187,7 +190,7 @@ def long_input(config, attn_implementation):
     """{"seconds", "peak_extra_mib"} of long_input_child run in a fresh subprocess."""
     code = (f"from tools.bench import long_input_child; "
             f"long_input_child({attn_implementation!r}, {config.long_tokens}, {config.tiny}, {config.seed})")
-    result = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True)
+    result = subprocess.run([sys.executable, "-c", code], cwd=runs.ROOT, capture_output=True, text=True)
     if result.returncode:
         raise RuntimeError(f"long-input subprocess ({attn_implementation}) failed:\n{result.stderr[-3000:]}")
     return json.loads(result.stdout.splitlines()[-1])
@@ -233,8 +236,8 @@ def build_glyph(folder, config):
     from tools.glyph.generate import ClaimGenerator, Lexicon
     from tools.glyph.grammar import to_text
     from tools.glyph.tokenizer import train_tokenizer
-    from tools.train_glyph import Config as GlyphConfig
-    from tools.train_glyph import model_config
+    from tools.glyph.train import Config as GlyphConfig
+    from tools.glyph.train import model_config
 
     generator = ClaimGenerator(Lexicon.load(), config.seed)
     texts = [to_text(generator.claim()) for _ in range(config.glyph_texts)]
@@ -371,10 +374,10 @@ def main(argv=None):
                                    "longest": max(map(len, mix_ids))}
 
         # ---- 5: student training step, captionbert vs BertModel of the same shape --------------------------------
-        train_config = distill_captionbert.Config(align=Path("-"), out=Path("-"), precision=precision)
+        train_config = captionbert_train.Config(align=Path("-"), out=Path("-"), precision=precision)
         lengths_array = np.array([len(ids) for ids in mix_ids])
-        train_batches = distill_captionbert.bucketed_batches(lengths_array, size, config.seed, 0)[:config.train_steps]
-        train_batches = [distill_captionbert.collate(mix_ids, members, tokenizer.pad_token_id)
+        train_batches = captionbert_data.bucketed_batches(lengths_array, size, config.seed, 0)[:config.train_steps]
+        train_batches = [captionbert_data.collate(mix_ids, members, tokenizer.pad_token_id)
                          for members in train_batches]
         targets = l2_normalize(torch.randn(size, captionbert.config.output_dim, generator=torch.Generator()
                                            .manual_seed(config.seed)))
@@ -391,7 +394,7 @@ def main(argv=None):
         def steps(name):
             def run():
                 for input_ids, attention_mask in train_batches:
-                    distill_captionbert.train_step(students[name], optimizers[name], input_ids, attention_mask,
+                    captionbert_train.train_step(students[name], optimizers[name], input_ids, attention_mask,
                                                    targets, train_config)
             return run
 
@@ -464,8 +467,8 @@ def main(argv=None):
 
             contenders = {"pytorch fp32": in_dtype(torch_glyph, "fp32")}
             for dtype in ("f32", "f16"):
-                llm = export_gguf.load_llama(export_gguf.export_gguf(folder, Path(folder) / f"{dtype}.gguf", dtype))
-                contenders[f"gguf {dtype}"] = lambda llm=llm: export_gguf.llama_embed(llm, glyph_texts)
+                llm = gguf.load_llama(gguf.export_gguf(folder, Path(folder) / f"{dtype}.gguf", dtype))
+                contenders[f"gguf {dtype}"] = lambda llm=llm: gguf.llama_embed(llm, glyph_texts)
             glyph = race(contenders, config.repeats, "glyph embeddings")
         report["seconds"]["glyph"] = glyph
         reference = len(glyph_texts) / statistics.median(glyph["pytorch fp32"])
@@ -475,7 +478,8 @@ def main(argv=None):
                             reference, ours / reference))
 
         # ---- 8: geolip: all segments through the base in one call vs a call per segment; latency vs length --------
-        geolip = train_geolip.build_model(train_geolip.parse_config(["--out", "-"]), teacher_dim=768)  # cpu preset
+        geolip = geolip_data.build_model(geolip_data.Config(out=Path("-"), **geolip_data.PRESETS["cpu"]),
+                                           teacher_dim=768)
         cut = (geolip.config.segment_size, geolip.config.segment_stride, geolip.config.max_segments)
         long_texts = random.Random(config.seed).sample(corpus.build(config.data_dir, ["imageinwords"])[0],
                                                        config.geolip_texts)

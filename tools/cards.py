@@ -1,7 +1,7 @@
 """Model cards: regenerate every folder's README.md purely from the run records of its export, and check where each
 number in a card comes from.
 
-Every export tool (tools/export_captionbert.py, export_glyph.py, export_geolip.py) writes its card with its
+Every export tool (tools/captionbert/export.py, export_glyph.py, export_geolip.py) writes its card with its
 `card_from_records(export_run_folder)`, which reads nothing but run records: the export's own (config.json, naming
 the runs it packaged, and metrics.json, its checks) and those of the runs it names. This tool calls the same
 function, so `make cards` after a change to a card's template rewrites the cards without re-exporting any weights.
@@ -28,10 +28,8 @@ from pathlib import Path
 import numpy as np
 from huggingface_hub import EvalResult, ModelCard, ModelCardData
 
-from tools import runs
+from tools import registry, runs
 
-EXPORTS = {"captionbert-8192-v2": "captionbert/export", "glyph-embedder-v2": "glyph/export",
-           "geolip-clip-ctx576": "geolip/export"}
 SPECS = runs.ROOT.parent / "shared" / "specs"
 NUMBER = re.compile(r"(?<![\w.\-/+])([+-]?\d[\d,]*(?:\.\d+)?)(%|M\b|K\b| MiB)?(?![\w])")
 SPEC_NUMBER = re.compile(r"(?<![\w\-/])(\d[\d,]*(?:\.\d+)?|\.\d+)")  # the specs also write ".945"
@@ -75,15 +73,19 @@ def inputs_and_threads_paragraph(extra_state=""):
 def export_tool(export_folder):
     """The export module that wrote this run folder (its run.json names the tool)."""
     tool = runs.read_json(Path(export_folder) / "run.json")["tool"]
-    if tool not in ("export_captionbert", "export_glyph", "export_geolip"):
+    module = registry.module_of_record(tool)
+    if module not in {f"{pipeline.name}.export" for pipeline in registry.PIPELINES}:
         raise SystemExit(f"{export_folder} is a {tool} run, not an export")
-    return importlib.import_module(f"tools.{tool}")
+    return importlib.import_module(f"tools.{module}")
 
 
 def export_of(folder):
     """The export run that last wrote this Hub folder's card (runs/<budget>/<model>/export, tools/demo.py), or None."""
     folder = Path(folder).resolve()
-    exports = [export for export in sorted((runs.ROOT / "runs").glob(f"*/{EXPORTS.get(folder.name, '-')}"))
+    pipeline = registry.BY_FOLDER.get(folder.name)
+    if pipeline is None:
+        return None
+    exports = [export for export in sorted((runs.ROOT / "runs").glob(f"*/{pipeline.export}"))
                if (export / "run.json").is_file() and runs.read_json(export / "run.json").get("finished")
                and Path(runs.read_json(export / "config.json")["to"]).resolve() == folder]
     return max(exports, key=lambda export: runs.read_json(export / "run.json")["finished"], default=None)
@@ -164,7 +166,7 @@ def unaccounted_numbers(card, numbers, published):
 def measured_section(readme):
     """The project README with its measured table rewritten from the three cards' model-index (their YAML)."""
     lines = ["| model | measure | on | value |", "|---|---|---|---|"]
-    for folder in EXPORTS:
+    for folder in registry.BY_FOLDER:
         results = ModelCard.load(runs.ROOT / folder / "README.md").data.eval_results
         if not results:
             raise SystemExit(f"{folder}/README.md has no model-index: regenerate its card first")
@@ -174,35 +176,42 @@ def measured_section(readme):
     return readme[:start] + "\n".join(lines) + "\n" + readme[end:]
 
 
+def write_cards(exports=None, check=False):
+    """Write (check: compare) the card of each export run folder in `exports`; by default the export that last wrote
+    each pipeline's Hub folder, and then the README's measured table too. Returns the stale files (check)."""
+    every_card = not exports
+    if exports:
+        missing = [str(folder) for folder in exports if not (Path(folder) / "run.json").is_file()]
+    else:
+        exports = [export_of(pipeline.path) for pipeline in registry.PIPELINES]
+        missing = [pipeline.folder for pipeline, export in zip(registry.PIPELINES, exports) if export is None]
+    if missing:
+        raise SystemExit(f"no export run for {', '.join(missing)}: run make demo (or the export tools) first")
+    stale = []
+    for folder in exports:
+        path, card = export_tool(folder).card_from_records(Path(folder))
+        if check:
+            if not path.is_file() or path.read_text() != card:
+                stale.append(str(path))
+            continue
+        path.write_text(card)
+        print(f"wrote {path} from {folder}")
+    if every_card:  # the cards are current: the README's table follows them
+        readme = measured_section(README.read_text())
+        if check and README.read_text() != readme:
+            stale.append(str(README))
+        elif not check:
+            README.write_text(readme)
+    return stale
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--export", type=Path, action="append",
                         help="an export run folder (repeatable); default: the export that last wrote each of the three")
     parser.add_argument("--check", action="store_true", help="compare only; exit 1 if a card is stale")
     args = parser.parse_args(argv)
-    if args.export:
-        exports = args.export
-        missing = [str(folder) for folder in exports if not (folder / "run.json").is_file()]
-    else:
-        exports = [export_of(runs.ROOT / folder) for folder in EXPORTS]
-        missing = [folder for folder, export in zip(EXPORTS, exports) if export is None]
-    if missing:
-        raise SystemExit(f"no export run for {', '.join(missing)}: run make demo (or the export tools) first")
-    stale = []
-    for folder in exports:
-        path, card = export_tool(folder).card_from_records(Path(folder))
-        if args.check:
-            if not path.is_file() or path.read_text() != card:
-                stale.append(str(path))
-            continue
-        path.write_text(card)
-        print(f"wrote {path} from {folder}")
-    if not args.export:  # the three cards are current: the README's table follows them
-        readme = measured_section(README.read_text())
-        if args.check and README.read_text() != readme:
-            stale.append(str(README))
-        elif not args.check:
-            README.write_text(readme)
+    stale = write_cards(args.export, args.check)
     if stale:
         print(f"stale (run make cards): {', '.join(stale)}")
         return 1

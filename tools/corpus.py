@@ -1,7 +1,7 @@
 """The default text corpus the captionbert teachers embed and the student trains on, read from ../shared/data.
 
     flickr8k-train  the five captions of each Flickr8k train-split image (the dev and test splits stay unseen;
-                    the test split is the in-domain gauge of tools/evaluate.py)
+                    the test split is the in-domain gauge of tools/captionbert/evaluate.py)
     imageinwords    the long ImageInWords descriptions (fields IIW, IIW-P5B, DOCCI): the only 100+ token text
     stsb-train      both sentences of the STS Benchmark train split
     mrpc-train      both sentences of the MRPC train split
@@ -21,7 +21,7 @@ import json
 import random
 from pathlib import Path
 
-from tools import evaluate
+from tools import sts
 
 SOURCES = ("flickr8k-train", "imageinwords", "stsb-train", "mrpc-train", "snli-dev")
 IMAGEINWORDS_FIELDS = ("IIW", "IIW-P5B", "DOCCI")
@@ -74,7 +74,7 @@ def split_imageinwords(data_dir, held_out=IMAGEINWORDS_HELD_OUT, seed=IMAGEINWOR
 
 
 def _stsb_train(data_dir):
-    for first, second, _ in evaluate.stsb_split(data_dir / "sts" / "STSBenchmark", "train"):
+    for first, second, _ in sts.stsb_split(data_dir / "sts" / "STSBenchmark", "train"):
         yield from (first, second)
 
 
@@ -100,7 +100,7 @@ def normalised(text):
 def held_out_texts(data_dir):
     """Normalised forms of every sentence in the eight STS test sets, every Flickr8k test caption and every held-out
     ImageInWords description."""
-    sts = {normalised(s) for task in evaluate.TASKS for a, b, _ in evaluate.load_task(data_dir, task) for s in (a, b)}
+    sts = {normalised(s) for task in sts.TASKS for a, b, _ in sts.load_task(data_dir, task) for s in (a, b)}
     flickr = Path(data_dir) / "captions" / "flickr8k"
     test_images = set((flickr / "Flickr_8k.testImages.txt").read_text().split())
     captions = {normalised(line.split("\t", 1)[1])

@@ -41,7 +41,7 @@ from pathlib import Path
 
 from huggingface_hub import ModelCard
 
-from tools import cards, publish, runs
+from tools import cards, publish, registry, runs
 
 STATE = "demo-step.json"
 TEACHERS = ["--encoder", "teacher:all-mpnet-base-v2", "--encoder", "teacher:all-MiniLM-L6-v2",
@@ -53,13 +53,13 @@ NOT_CONTENT = ("tensorboard",)  # folders whose files are logs, not results
 class Budget:
     """How long the demo trains: the options each step adds to its tool's cpu preset, and where its runs go."""
     root: str  # the parent of the run folders
-    extract: tuple = ()  # tools/extract_teachers.py options
-    align: tuple = ()  # tools/align_teachers.py options (its fit and held-out rows must fit in the extraction)
-    distill: tuple = ()  # tools/distill_captionbert.py options of the shipped student
+    extract: tuple = ()  # tools/captionbert/extract.py options
+    align: tuple = ()  # tools/captionbert/align.py options (its fit and held-out rows must fit in the extraction)
+    distill: tuple = ()  # tools/captionbert/train.py options of the shipped student
     scratch: tuple = ()  # its options for the card's from-scratch row (the same budget from a random init)
     arms: tuple = ()  # AMOE solo arms: (data, steps); "silver" is the silver_pairs step's file
-    glyph: tuple = ()  # tools/train_glyph.py options
-    geolip: tuple = ()  # tools/train_geolip.py options
+    glyph: tuple = ()  # tools/glyph/train.py options
+    geolip: tuple = ()  # tools/geolip/train.py options
     geolip_ablation: bool = False  # also train and score geolip with 55-token segments (the card compares the runs)
 
 
@@ -99,10 +99,9 @@ class Step:
         return "/".join(Path(self.out).parts[2:])
 
     @property
-    def model(self):
-        """The folder this step builds toward."""
-        return {"glyph": "glyph-embedder-v2", "geolip": "geolip-clip-ctx576"}.get(self.name.split("/")[0],
-                                                                                   "captionbert-8192-v2")
+    def pipeline(self):
+        """The pipeline (tools/registry.py) this step builds toward: its module's package."""
+        return registry.BY_NAME[self.tool.split(".")[0]]
 
 
 def demo_steps(data_dir, budget=BUDGETS["quick"]):
@@ -110,53 +109,55 @@ def demo_steps(data_dir, budget=BUDGETS["quick"]):
     data, root = ["--data-dir", str(data_dir)], budget.root
     silver = f"{root}/amoe/silver/silver.tsv"
     arms = [(silver if arm == "silver" else arm, arm_steps) for arm, arm_steps in budget.arms]
-    steps = [Step("extract_teachers", [*data, "--out", f"{root}/extract", *budget.extract],
+    steps = [Step("captionbert.extract", [*data, "--out", f"{root}/extract", *budget.extract],
                   record="runs/process-0/run.json"),
-             Step("align_teachers", ["--extract", f"{root}/extract", "--out", f"{root}/align", *budget.align]),
-             Step("distill_captionbert", ["--preset", "cpu", "--align", f"{root}/align", "--out", f"{root}/distill",
+             Step("captionbert.align", ["--extract", f"{root}/extract", "--out", f"{root}/align", *budget.align]),
+             Step("captionbert.train", ["--preset", "cpu", "--align", f"{root}/align", "--out", f"{root}/distill",
                                           *budget.distill]),
-             Step("distill_captionbert", ["--preset", "cpu", "--align", f"{root}/align", "--out",
+             Step("captionbert.train", ["--preset", "cpu", "--align", f"{root}/align", "--out",
                                           f"{root}/distill-scratch", "--init", "scratch", *budget.scratch]),
-             Step("evaluate", [*data, "--out", f"{root}/eval", "--encoder",
+             Step("captionbert.evaluate", [*data, "--out", f"{root}/eval", "--encoder",
                                f"captionbert-8192-v2={root}/distill/final", "--encoder",
                                f"captionbert-8192-v2 (from scratch)={root}/distill-scratch/final",
                                "--encoder", "model2vec:all-mpnet-base-v2", *TEACHERS]),
-             Step("evaluate_long_inputs", [*data, "--model", f"{root}/distill/final", "--out", f"{root}/long"])]
+             Step("captionbert.long_inputs", [*data, "--model", f"{root}/distill/final", "--out", f"{root}/long"])]
     if silver in dict(arms):
-        steps.append(Step("silver_pairs", ["--extract", f"{root}/extract", "--out", f"{root}/amoe/silver"]))
+        steps.append(Step("captionbert.amoe.silver", ["--extract", f"{root}/extract", "--out", f"{root}/amoe/silver"]))
     for seed, extra in ((0, []), (1, ["--no-sts8"])):
         for arm, arm_steps in arms:
             out = f"{root}/amoe/solo/{Path(arm).stem}-seed{seed}"
-            steps.append(Step("train_amoe", ["solo", "--data", arm, "--steps", str(arm_steps), "--seed", str(seed),
-                                             *extra, "--model", f"{root}/distill/final", *data, "--out", out]))
+            steps.append(Step("captionbert.amoe.train", ["solo", "--data", arm, "--steps", str(arm_steps), "--seed",
+                                                         str(seed), *extra, "--model", f"{root}/distill/final", *data,
+                                                         "--out", out]))
     # Every geolip run, of either budget, has the teacher embed the same texts (about an hour of float32 on 2 cores):
     # one cache, outside the budgets' folders; its index names the teacher, precision and texts it holds.
     teacher_cache = ["--teacher-cache", "runs/geolip-teacher/teacher.npy"]
     steps += [
-        Step("train_amoe", ["select", "--solo", f"{root}/amoe/solo", "--candidates", *[Path(a).stem for a, _ in arms],
-                            "--model", f"{root}/distill/final", *data, "--out", f"{root}/amoe/select"]),
-        Step("export_captionbert", ["--extract", f"{root}/extract", "--align", f"{root}/align", "--distill",
+        Step("captionbert.amoe.train", ["select", "--solo", f"{root}/amoe/solo", "--candidates",
+                                        *[Path(a).stem for a, _ in arms], "--model", f"{root}/distill/final", *data,
+                                        "--out", f"{root}/amoe/select"]),
+        Step("captionbert.export", ["--extract", f"{root}/extract", "--align", f"{root}/align", "--distill",
                                     f"{root}/distill", "--eval", f"{root}/eval", "--long", f"{root}/long",
                                     "--amoe", f"{root}/amoe/select",
                                     "--out", f"{root}/captionbert/export"]),
-        Step("build_glyph_corpus", ["--out", f"{root}/glyph/corpus"]),
-        Step("train_glyph", ["--corpus", f"{root}/glyph/corpus", "--out", f"{root}/glyph/train", *budget.glyph]),
-        Step("evaluate_glyph", ["--corpus", f"{root}/glyph/corpus", "--out", f"{root}/glyph/eval", "--encoder",
+        Step("glyph.corpus", ["--out", f"{root}/glyph/corpus"]),
+        Step("glyph.train", ["--corpus", f"{root}/glyph/corpus", "--out", f"{root}/glyph/train", *budget.glyph]),
+        Step("glyph.evaluate", ["--corpus", f"{root}/glyph/corpus", "--out", f"{root}/glyph/eval", "--encoder",
                                 f"glyph-embedder-v2={root}/glyph/train/final",
                                 "--encoder", "teacher:all-MiniLM-L6-v2"]),
-        Step("export_glyph", ["--corpus", f"{root}/glyph/corpus", "--train", f"{root}/glyph/train", "--eval",
+        Step("glyph.export", ["--corpus", f"{root}/glyph/corpus", "--train", f"{root}/glyph/train", "--eval",
                               f"{root}/glyph/eval", "--out", f"{root}/glyph/export"]),
-        Step("train_geolip", ["--out", f"{root}/geolip/train", *teacher_cache, *budget.geolip]),
-        Step("evaluate_geolip", ["--train", f"{root}/geolip/train", "--out", f"{root}/geolip/eval"]),
+        Step("geolip.train", ["--out", f"{root}/geolip/train", *teacher_cache, *budget.geolip]),
+        Step("geolip.evaluate", ["--train", f"{root}/geolip/train", "--out", f"{root}/geolip/eval"]),
     ]
     ablation = []
     if budget.geolip_ablation:
-        steps += [Step("train_geolip", ["--out", f"{root}/geolip/train-seg55", "--segment-size", "55",
+        steps += [Step("geolip.train", ["--out", f"{root}/geolip/train-seg55", "--segment-size", "55",
                                         "--segment-stride", "43", *teacher_cache, *budget.geolip]),
-                  Step("evaluate_geolip", ["--train", f"{root}/geolip/train-seg55", "--out",
+                  Step("geolip.evaluate", ["--train", f"{root}/geolip/train-seg55", "--out",
                                            f"{root}/geolip/eval-seg55"])]
         ablation = ["--ablation", f"{root}/geolip/eval-seg55"]
-    steps.append(Step("export_geolip", ["--train", f"{root}/geolip/train", "--eval", f"{root}/geolip/eval", *ablation,
+    steps.append(Step("geolip.export", ["--train", f"{root}/geolip/train", "--eval", f"{root}/geolip/eval", *ablation,
                                         "--out", f"{root}/geolip/export"]))
     return steps
 
@@ -178,12 +179,13 @@ def content_hash(folder):
 
 def fingerprint(step, inputs):
     """A hash of the step's command and of the results (content hashes) of the steps it reads."""
-    return hashlib.sha256(json.dumps([step.tool, list(map(str, step.args)), inputs]).encode()).hexdigest()
+    tool = registry.FORMER_NAMES.get(step.tool, step.tool)  # runs finished before the regroup stay finished
+    return hashlib.sha256(json.dumps([tool, list(map(str, step.args)), inputs]).encode()).hexdigest()
 
 
 def wrote_last(step):
     """False for an export step whose Hub folder another export (the other budget's) has written since."""
-    return not step.tool.startswith("export_") or cards.export_of(runs.ROOT / step.model) == runs.ROOT / step.out
+    return not step.tool.endswith(".export") or cards.export_of(step.pipeline.path) == runs.ROOT / step.out
 
 
 def recorded_minutes(step):
@@ -210,10 +212,10 @@ def run_step(step, index, total, inputs, force, vouched=False):
     folder, state_path = runs.ROOT / step.out, runs.ROOT / step.out / STATE
     key = fingerprint(step, inputs)
     state = runs.read_json(state_path) if state_path.is_file() else None
-    header = f"[{index}/{total}] {step.name} (tools/{step.tool}.py)"
+    header = f"[{index}/{total}] {step.name} (tools/{step.tool.replace('.', '/')}.py)"
     if not force and state and state["fingerprint"] == key and state["status"] == "done":
         if not wrote_last(step):
-            print(f"{header}: {step.model}/ was exported by another budget since; exporting again")
+            print(f"{header}: {step.pipeline.folder}/ was exported by another budget since; exporting again")
             force = True
         elif content_hash(step.out) == state["content_hash"]:
             print(f"{header}: finished ({state['minutes']:.1f} min when built), skipped")
@@ -291,14 +293,15 @@ def main(argv=None):
     started = time.perf_counter()
     outcome = build(steps, args.force, args.adopt)
     minutes = {name: as_built for name, (as_built, _) in outcome.items()}
-    cards.main([])
+    cards.write_cards()
 
     print("\nreloading each folder in a fresh process, the project not importable ...")
     lines = ["| folder | parameters | dim | headline (its card) | loads with | embedding space | build min |",
              "|---|---|---|---|---|---|---|"]
-    for folder in publish.PRODUCTS:  # the load check publish runs: a copy of exactly the files that go up
-        loaded = publish.load_check(runs.ROOT / folder, publish.published_files(runs.ROOT / folder)[0])
-        model_minutes = sum(minutes[step.name] or 0 for step in steps if step.model == folder)
+    for pipeline in registry.PIPELINES:  # the load check publish runs: a copy of exactly the files that go up
+        folder = pipeline.folder
+        loaded = publish.load_check(pipeline.path, publish.published_files(pipeline.path)[0])
+        model_minutes = sum(minutes[step.name] or 0 for step in steps if step.pipeline == pipeline)
         space = loaded["embedding_space"] + (f" / arms on: {loaded['embedding_space_with_arms']}"
                                              if "embedding_space_with_arms" in loaded else "")
         lines.append(f"| {folder} | {loaded['parameters']:,} | {loaded['dimension']} | {headline(folder)} | "

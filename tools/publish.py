@@ -48,22 +48,9 @@ from huggingface_hub.errors import HFValidationError
 from huggingface_hub.repocard import metadata_load
 from huggingface_hub.utils import validate_repo_id
 
-from tools import cards, runs, vendor
+from tools import cards, registry, runs, vendor
 
 
-@dataclass(frozen=True)
-class Product:
-    weights: tuple  # glob patterns (paths in the folder) that must each match a published file: what make demo builds
-    loader: str  # how a user loads the folder: "AutoModel" (remote code, .encode) or "SentenceTransformer"
-
-
-PRODUCTS = {
-    "captionbert-8192-v2": Product(("model.safetensors", "amoe/*/dispatch.safetensors", "amoe/arms/*.safetensors"),
-                                   "AutoModel"),
-    "glyph-embedder-v2": Product(("model.safetensors", "glyph-embedder-v2-f32.gguf", "glyph-embedder-v2-f16.gguf"),
-                                 "SentenceTransformer"),
-    "geolip-clip-ctx576": Product(("model.safetensors",), "AutoModel"),
-}
 PUBLISHED = (  # what a Hub repo of these models holds: paths in the folder, matched folder by folder (fnmatch)
     "config*.json", "modules.json", "sentence_bert_config.json",  # configs
     "tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "vocab.txt", "vocab.json", "merges.txt",
@@ -80,7 +67,7 @@ KEPT_ON_THE_HUB = ".gitattributes"  # the Hub writes it into every new repo; it 
 @dataclass
 class Config:
     repo_prefix: str  # the user or organisation the repos go under: <repo_prefix>/<folder name>
-    folders: list  # the Hub folders to publish (Paths); each folder's name is a key of PRODUCTS
+    folders: list  # the Hub folders to publish (Paths); each one of the registry's Hub folders
     dry_run: bool = False  # check and list only (also what happens without a token)
     yes: bool = False  # upload without asking; a run without a terminal to ask on needs it
     private: bool = False  # create missing repos as private (an existing repo keeps its visibility)
@@ -91,7 +78,7 @@ def parse_config(argv):
     """(Config, token or None)."""
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--repo-prefix", required=True, help="user or organisation: repos are <prefix>/<folder name>")
-    parser.add_argument("--folders", type=Path, nargs="+", default=[runs.ROOT / name for name in PRODUCTS])
+    parser.add_argument("--folders", type=Path, nargs="+", default=[pipeline.path for pipeline in registry.PIPELINES])
     parser.add_argument("--dry-run", action="store_true", help="check and list what would go up; upload nothing")
     parser.add_argument("--private", action="store_true", help="create missing repos as private")
     parser.add_argument("--yes", action="store_true", help="upload without asking (required without a terminal)")
@@ -104,9 +91,9 @@ def parse_config(argv):
     for folder in config.folders:
         if not folder.is_dir():
             raise SystemExit(f"{folder} is not a folder")
-        if folder.name not in PRODUCTS:
-            raise SystemExit(f"{folder}: not one of the bundle's Hub folders ({', '.join(PRODUCTS)}), so there is "
-                             "nothing to check it against")
+        if folder.name not in registry.BY_FOLDER:
+            raise SystemExit(f"{folder}: not one of the bundle's Hub folders ({', '.join(registry.BY_FOLDER)}), so "
+                             "there is nothing to check it against")
         try:
             validate_repo_id(repo_id(config, folder))
         except HFValidationError as problem:
@@ -170,7 +157,7 @@ def vendoring_problems(folder):
 
 
 def missing_weights(folder, files):
-    return [f"no {pattern} (built by `make demo`)" for pattern in PRODUCTS[folder.name].weights
+    return [f"no {pattern} (built by `make demo`)" for pattern in registry.BY_FOLDER[folder.name].weights
             if not any(fnmatch.fnmatchcase(name, pattern) for name in files)]
 
 
@@ -249,7 +236,8 @@ def load_check(folder, files):
         for name, path in files.items():
             (copy / name).parent.mkdir(parents=True, exist_ok=True)
             shutil.copyfile(path, copy / name)
-        return runs.run_isolated(LOAD, copy, payload={"loader": PRODUCTS[folder.name].loader, "texts": PROBE_TEXTS})
+        return runs.run_isolated(LOAD, copy, payload={"loader": registry.BY_FOLDER[folder.name].loader,
+                                                      "texts": PROBE_TEXTS})
 
 
 # ---- upload --------------------------------------------------------------------------------------------------------

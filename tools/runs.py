@@ -39,6 +39,20 @@ def add_config_flags(parser, config_class, skip=()):
             parser.add_argument(flag, type=kinds[0], default=None)
 
 
+def parse_with_presets(parser, config_class, presets, argv, skip=(), positive=()):
+    """The config of a tool with named presets: --preset (default "cpu") picks a dict of defaults from `presets`,
+    and every field of `config_class` but `skip` (arguments the parser already has) gets a --flag that overrides
+    its preset value. Fields named in `positive` must be at least 1."""
+    parser.add_argument("--preset", choices=sorted(presets), default="cpu")
+    add_config_flags(parser, config_class, skip=(*skip, "preset"))
+    args = {k: v for k, v in vars(parser.parse_args(argv)).items() if v is not None}
+    config = config_class(**{**presets[args["preset"]], **args})
+    for name in positive:
+        if getattr(config, name) < 1:
+            raise SystemExit(f"--{name.replace('_', '-')} must be positive")
+    return config
+
+
 def default_data_dir():
     """../shared/data beside the project, unless BUNDLE_DATA_DIR says otherwise."""
     return Path(os.environ.get("BUNDLE_DATA_DIR", ROOT.parent / "shared" / "data"))

@@ -13,8 +13,9 @@ import sysconfig
 import zipfile
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-CACHE = Path(os.environ.get("BUNDLE_CACHE", ROOT / ".cache"))
+from tools import runs
+
+CACHE = Path(os.environ.get("BUNDLE_CACHE", runs.ROOT / ".cache"))
 SITE_PACKAGES = Path(sysconfig.get_paths()["purelib"])
 
 # The ONNX graph's token-state output (B, T, 384); its tokenizer is all-MiniLM-L6-v2's (same uncased vocabulary).

@@ -14,14 +14,9 @@ import re
 import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-SOURCE = ROOT / "shared_modeling"
+from tools import registry, runs
 
-# Hub folder -> the shared_modeling modules it vendors (every module a vendored module imports must be listed too).
-VENDORED = {
-    "captionbert-8192-v2": ["layers", "pooling", "identity", "checks", "amoe"],
-    "geolip-clip-ctx576": ["pooling", "segments", "identity", "checks"],
-}
+SOURCE = runs.ROOT / "shared_modeling"
 
 RELATIVE_IMPORT = re.compile(r"^from \.(\w+) import ", flags=re.MULTILINE)
 
@@ -35,9 +30,11 @@ def vendored_text(module):
 
 def expected_copies(folder):
     """{path: text} of the vendored files a Hub folder must hold, wherever it lies (a copy about to be published,
-    too): the copies VENDORED lists for a folder of its name."""
+    too): the copies the registry lists for a folder of its name (every module a vendored module imports must be
+    listed too)."""
     folder, files = Path(folder), {}
-    modules = VENDORED.get(folder.name, [])
+    pipeline = registry.BY_FOLDER.get(folder.name)
+    modules = pipeline.vendored if pipeline else ()
     for module in modules:
         missing = set(RELATIVE_IMPORT.findall((SOURCE / f"{module}.py").read_text())) - set(modules)
         if missing:
@@ -67,7 +64,7 @@ def main(argv=None):
     parser.add_argument("--check", action="store_true", help="only compare; exit 1 on drift")
     args = parser.parse_args(argv)
 
-    folders = [ROOT / name for name in VENDORED]
+    folders = [pipeline.path for pipeline in registry.PIPELINES if pipeline.vendored]
     problems = [problem for folder in folders for problem in folder_drift(folder)]
     files = {path: text for folder in folders for path, text in expected_copies(folder).items()}
     if args.check:

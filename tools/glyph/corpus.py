@@ -1,8 +1,8 @@
 """Generate glyph-embedder-v2's data from the reference grammar and train its BPE tokenizer on it.
 
 Usage:
-    python -m tools.build_glyph_corpus --out runs/demo/glyph/corpus
-    python -m tools.build_glyph_corpus --out runs/x --train-triples 2000 --test-triples 200 --vocab-size 800
+    python -m tools.glyph.corpus --out runs/demo/glyph/corpus
+    python -m tools.glyph.corpus --out runs/x --train-triples 2000 --test-triples 200 --vocab-size 800
 
 The atom vocabulary (tools/glyph/words.txt plus common English words) is split by group into training and held-out
 words. Training triples (anchor, paraphrase, mutation) use training words only. Every atom of a test triple holds a
@@ -19,7 +19,6 @@ single tokens) and the run record.
 
 import argparse
 import dataclasses
-import json
 import sys
 from collections import Counter
 from dataclasses import dataclass
@@ -28,6 +27,7 @@ from pathlib import Path
 from tqdm.auto import tqdm
 
 from tools import runs
+from tools.glyph.data import write_triples
 from tools.glyph.generate import ClaimGenerator, Lexicon
 from tools.glyph.grammar import OPERATORS
 from tools.glyph.tokenizer import train_tokenizer
@@ -75,17 +75,6 @@ def generate(lexicon, count, seed, desc, known=None):
     return triples
 
 
-def write_triples(path, triples):
-    with path.open("w") as handle:
-        for triple in triples:
-            handle.write(json.dumps(dataclasses.asdict(triple), ensure_ascii=False) + "\n")
-
-
-def read_triples(path):
-    """The triples of a train.jsonl / test.jsonl as dicts."""
-    return [json.loads(line) for line in Path(path).read_text().splitlines()]
-
-
 def operator_token_counts(tokenizer):
     """{operator: how many tokens it takes written alone} for every operator symbol."""
     return {op: len(tokenizer.tokenize(op)) for op in OPERATORS}
@@ -100,7 +89,7 @@ def main(argv=None):
         return 0
     lexicon = Lexicon.load(extra_words=config.extra_words)
     train_words, test_words = lexicon.split(config.held_out_fraction, config.seed)
-    with runs.RunRecord(config.out, config, "build_glyph_corpus"):
+    with runs.RunRecord(config.out, config, "glyph.corpus"):
         train = generate(train_words, config.train_triples + config.validation_triples, config.seed, "train triples")
         train, validation = train[:config.train_triples], train[config.train_triples:]
         test = generate(test_words, config.test_triples, config.seed + 1, "test triples", known=train_words)

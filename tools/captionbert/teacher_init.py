@@ -264,7 +264,7 @@ def copy_static(student, student_tokenizer, vectors, vocabulary):
     return len(pairs)
 
 
-# ---- the whole initialisation, as tools/distill_captionbert.py runs it --------------------------------------------
+# ---- the whole initialisation, as tools/captionbert/train.py runs it --------------------------------------------
 
 def teacher_folder(spec):
     """The folder of `teacher:all-mpnet-base-v2` (a PyPI teacher) or of a transformers folder."""

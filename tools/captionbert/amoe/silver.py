@@ -1,10 +1,11 @@
 """Teacher-scored ("silver") sentence pairs for an AMOE arm: corpus texts paired and scored by a teacher's cosine.
 
 Usage (as `make demo` runs it):
-    python -m tools.silver_pairs --extract runs/demo/extract --out runs/demo/amoe/silver
-    python -m tools.train_amoe solo --data runs/demo/amoe/silver/silver.tsv --out runs/demo/amoe/solo/silver-seed0
+    python -m tools.captionbert.amoe.silver --extract runs/demo/extract --out runs/demo/amoe/silver
+    python -m tools.captionbert.amoe.train solo --data runs/demo/amoe/silver/silver.tsv \
+        --out runs/demo/amoe/solo/silver-seed0
 
-The texts and embeddings are those of a finished tools/extract_teachers.py run, so held-out text (STS-8 test
+The texts and embeddings are those of a finished tools/captionbert/extract.py run, so held-out text (STS-8 test
 sentences, Flickr8k test captions) is already gone. Each of `anchors` seeded random short texts is paired with one
 text drawn from its `neighbours` nearest texts by the teacher's cosine, and with one random text, so the scores span
 near-paraphrases to unrelated pairs; the score is the teacher's cosine (Augmented SBERT's silver data, labelled by a
@@ -25,7 +26,7 @@ from tools import corpus, runs
 
 @dataclass
 class Config:
-    extract: Path  # tools/extract_teachers.py folder (manifest.json, texts.jsonl, <teacher>/shard-*.safetensors)
+    extract: Path  # tools/captionbert/extract.py folder (manifest.json, texts.jsonl, <teacher>/shard-*.safetensors)
     out: Path  # run folder; silver.tsv goes here
     teacher: str = ""  # the scoring teacher; default the extraction's reference
     anchors: int = 6000  # anchor texts (two pairs each)
@@ -59,7 +60,7 @@ def main(argv=None):
         return 0
     manifest_path = config.extract / "manifest.json"
     if not manifest_path.is_file():
-        raise SystemExit(f"{manifest_path} not found: run tools.extract_teachers to the end first")
+        raise SystemExit(f"{manifest_path} not found: run tools.captionbert.extract to the end first")
     manifest = runs.read_json(manifest_path)
     name = config.teacher or manifest["reference"]
     teacher = next((t for t in manifest["teachers"] if t["name"] == name), None)
@@ -68,7 +69,7 @@ def main(argv=None):
     if config.anchors < 1 or config.neighbours < 1:
         raise SystemExit("--anchors and --neighbours must be positive")
 
-    with runs.RunRecord(config.out, config, "silver_pairs"):
+    with runs.RunRecord(config.out, config, "captionbert.amoe.silver"):
         texts = corpus.read_texts(config.extract / manifest["corpus"]["file"])
         short = np.array([i for i, text in enumerate(texts) if len(text.split()) <= config.max_words])
         embeddings = load_embeddings(config.extract, teacher)[short]  # (S, D)

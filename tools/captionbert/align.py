@@ -1,8 +1,9 @@
 """Map every teacher into the reference teacher's frame (whitened Procrustes) and write the consensus targets.
 
 Usage:
-    python -m tools.align_teachers --extract runs/demo/extract --out runs/demo/align
-    python -m tools.align_teachers --extract runs/x --out runs/y --fit-rows 200000 --holdout-rows 20000 --shrinkage 0.05
+    python -m tools.captionbert.align --extract runs/demo/extract --out runs/demo/align
+    python -m tools.captionbert.align --extract runs/x --out runs/y --fit-rows 200000 --holdout-rows 20000 \
+        --shrinkage 0.05
 
 Per teacher, on a sample of rows (float64):
     1. centre: x - mu_x, y - mu_y                     (x: teacher row, y: reference row of the same text)
@@ -19,7 +20,7 @@ the reference.
 Consensus, per chunk: the L2-normalised mean of the L2-normalised aligned teachers. A chunk that lacks any teacher's
 shard is dropped and listed, never filled from the others. Writes into --out: maps.safetensors (A_<i>, b_<i> per
 teacher), report.json, consensus/shard-NNNNN.safetensors (float16, like the extraction) and manifest.json (the
-kept chunks and where their texts are), which tools/distill_captionbert.py reads.
+kept chunks and where their texts are), which tools/captionbert/train.py reads.
 """
 
 import argparse
@@ -34,12 +35,12 @@ from tqdm.auto import tqdm
 
 from shared_modeling.geometry import erank, self_cos
 from tools import runs
-from tools.extract_teachers import write_shard
+from tools.captionbert.data import write_shard
 
 
 @dataclass
 class Config:
-    extract: Path  # extraction folder of tools/extract_teachers.py (manifest.json)
+    extract: Path  # extraction folder of tools/captionbert/extract.py (manifest.json)
     out: Path  # alignment folder to write
     reference: str | None = None  # teacher whose frame the consensus lives in; None = the extraction's first
     fit_rows: int = 20000  # rows the maps are fitted on (stratified by chunk)
@@ -131,7 +132,7 @@ def main(argv=None):
         raise SystemExit("--fit-rows and --holdout-rows must be at least 2")
     manifest_path = config.extract / "manifest.json"
     if not manifest_path.exists():
-        raise SystemExit(f"{manifest_path} not found: run tools.extract_teachers to the end first")
+        raise SystemExit(f"{manifest_path} not found: run tools.captionbert.extract to the end first")
     manifest = runs.read_json(manifest_path)
     reference = config.reference or manifest["reference"]
     # The reference first, the others in extraction order.
@@ -155,7 +156,7 @@ def main(argv=None):
     def load_chunk(teacher, chunk):
         return load_file(str(config.extract / teacher["shards"][chunk]))["embeddings"].astype(np.float64)
 
-    with runs.RunRecord(config.out, config, "align_teachers"):
+    with runs.RunRecord(config.out, config, "captionbert.align"):
         fit, held = {t["name"]: [] for t in teachers}, {t["name"]: [] for t in teachers}
         for chunk in tqdm(kept, desc="sample", unit="chunk"):
             for teacher in teachers:

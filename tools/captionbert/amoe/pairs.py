@@ -12,7 +12,7 @@ Validation suite (`validation_sets`), never trained on and disjoint from every S
     stsb-dev    STS Benchmark dev, gold scores
     mrpc-test   MRPC test, label 0/1
     snli-test   the first 2,000 usable rows of SNLI test, label entailment 2 / neutral 1 / contradiction 0
-Its score is the mean Spearman of cosine vs label over the three (tools/evaluate.score).
+Its score is the mean Spearman of cosine vs label over the three (tools/sts.score).
 
 Every row that holds a held-out text (tools/corpus.held_out_texts: any STS-8 test sentence or Flickr8k test
 caption, compared in normalised form) is dropped and counted: STS-B train and dev reuse STS 2012-2016 test text,
@@ -23,7 +23,7 @@ import csv
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from tools import corpus, evaluate
+from tools import corpus, sts
 
 TRAINING_SETS = ("paraphrase", "equiv", "sts", "caption")
 VALIDATION_SNLI_ROWS = 2000
@@ -85,7 +85,7 @@ def _snli(data_dir, split):
 
 
 def _stsb(data_dir, split):
-    return evaluate.stsb_split(data_dir / "sts" / "STSBenchmark", split)
+    return sts.stsb_split(data_dir / "sts" / "STSBenchmark", split)
 
 
 def _flickr8k_train_pairs(data_dir):
@@ -150,7 +150,7 @@ def load(name, data_dir):
 
 
 def validation_sets(data_dir, rows=0):
-    """{name: [(sentence1, sentence2, gold)]}: the suite that selects arms, in tools/evaluate.score's format.
+    """{name: [(sentence1, sentence2, gold)]}: the suite that selects arms, in tools/sts.score's format.
     rows: keep the first `rows` of each set (0 = all)."""
     data_dir = Path(data_dir)
     forbidden = corpus.held_out_texts(data_dir)

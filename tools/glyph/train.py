@@ -2,9 +2,9 @@
 fine-tuning on (anchor, paraphrase, mutation) triples.
 
 Usage:
-    python -m tools.train_glyph --corpus runs/demo/glyph/corpus --out runs/demo/glyph/train            # cpu preset
-    python -m tools.train_glyph --preset paper --corpus runs/paper/glyph/corpus --out runs/paper/glyph/train
-    python -m tools.train_glyph --corpus C --out O --mlm-steps 50 --contrastive-steps 50   # preset values overridden
+    python -m tools.glyph.train --corpus runs/demo/glyph/corpus --out runs/demo/glyph/train            # cpu preset
+    python -m tools.glyph.train --preset paper --corpus runs/paper/glyph/corpus --out runs/paper/glyph/train
+    python -m tools.glyph.train --corpus C --out O --mlm-steps 50 --contrastive-steps 50   # preset values overridden
 Rerunning the same command after a crash or kill -9 resumes from the last checkpoint of the running stage.
 
 Model: transformers' RobertaModel with no custom code (hidden 256, 6 layers, 4 heads, FFN 1,024, 256 token
@@ -46,17 +46,18 @@ from transformers import (
 from shared_modeling.losses import info_nce_with_hard_negatives
 from shared_modeling.pooling import l2_normalize, masked_mean_pool
 from tools import runs
-from tools.training import batch_at, resolve_precision, run_stage
-from tools.build_glyph_corpus import read_triples
-from tools.evaluate_glyph import score_embeddings
+from tools.glyph.data import read_triples
 from tools.glyph.grammar import INVERSE_PAIRS, MIRROR
+from tools.glyph.metrics import score_embeddings
+from tools.plots import Panel, curve, plot_history
+from tools.training import batch_at, resolve_precision, run_stage
 
 MIRROR_FLIPS = {f"{a}/{b}" for a, b in INVERSE_PAIRS if MIRROR.get(a) == b}  # mutation families: a⇒b -> a⇐b
 
 
 @dataclass
 class Config:
-    corpus: Path  # folder of tools/build_glyph_corpus.py (corpus.txt, train/validation.jsonl, tokenizer/)
+    corpus: Path  # folder of tools/glyph/corpus.py (corpus.txt, train/validation.jsonl, tokenizer/)
     out: Path  # run folder; rerun with it to resume
     preset: str = "cpu"  # named defaults (PRESETS); explicit options override them
     hidden_size: int = 256  # model width
@@ -98,16 +99,11 @@ PRESETS = {
 
 def parse_config(argv):
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--corpus", type=Path, required=True, help="tools/build_glyph_corpus.py folder")
+    parser.add_argument("--corpus", type=Path, required=True, help="tools/glyph/corpus.py folder")
     parser.add_argument("--out", type=Path, required=True, help="run folder; rerun with it to resume")
-    parser.add_argument("--preset", choices=sorted(PRESETS), default="cpu")
-    runs.add_config_flags(parser, Config, skip=("corpus", "out", "preset"))
-    args = {k: v for k, v in vars(parser.parse_args(argv)).items() if v is not None}
-    config = Config(**{**PRESETS[args["preset"]], **args})
-    for name in ("mlm_steps", "contrastive_steps", "mlm_batch_size", "max_length", "validate_every",
-                 "checkpoint_every", "log_every"):
-        if getattr(config, name) < 1:
-            raise SystemExit(f"--{name.replace('_', '-')} must be positive")
+    config = runs.parse_with_presets(parser, Config, PRESETS, argv, skip=("corpus", "out"),
+                                     positive=("mlm_steps", "contrastive_steps", "mlm_batch_size", "max_length",
+                                               "validate_every", "checkpoint_every", "log_every"))
     if config.contrastive_batch_size < 2:
         raise SystemExit("--contrastive-batch-size must be at least 2 (InfoNCE needs in-batch negatives)")
     if config.hidden_size % config.num_heads:
@@ -135,29 +131,6 @@ def embed(encoder, token_ids, tokenizer):
     return l2_normalize(masked_mean_pool(states.float(), attention_mask))
 
 
-def plot_history(mlm, contrastive, path):
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    figure, (left, right) = plt.subplots(1, 2, figsize=(11, 4))
-    left.plot([h["step"] for h in mlm["train"]], [h["loss"] for h in mlm["train"]])
-    left.set_title("stage 1: masked-language modelling"), left.set_xlabel("step"), left.set_ylabel("loss")
-    left.grid(alpha=0.3)
-    right.plot([h["step"] for h in contrastive["train"]], [h["loss"] for h in contrastive["train"]], label="InfoNCE")
-    right.set_title("stage 2: contrastive"), right.set_xlabel("step"), right.set_ylabel("loss"), right.grid(alpha=0.3)
-    twin = right.twinx()
-    points = contrastive["validation"]
-    twin.plot([v["step"] for v in points], [v["win_rate"] for v in points], "o-", color="C1", label="win rate")
-    twin.plot([v["step"] for v in points], [v["mrr_at_10"] for v in points], "s-", color="C2", label="MRR@10")
-    twin.set_ylabel("validation"), twin.set_ylim(0, 1)
-    figure.legend(loc="lower right")
-    figure.tight_layout()
-    figure.savefig(path, dpi=110)
-    plt.close(figure)
-
-
 def save_sentence_transformer(encoder, tokenizer, config, final):
     """Write `final` as a sentence-transformers folder: Transformer -> mean Pooling -> Normalize."""
     from sentence_transformers import SentenceTransformer
@@ -180,7 +153,7 @@ def main(argv=None):
     config = parse_config(argv)
     for name in ("corpus.txt", "train.jsonl", "validation.jsonl", "tokenizer"):
         if not (config.corpus / name).exists():
-            raise SystemExit(f"{config.corpus} has no {name}: build it with tools/build_glyph_corpus.py")
+            raise SystemExit(f"{config.corpus} has no {name}: build it with tools/glyph/corpus.py")
     config.out.mkdir(parents=True, exist_ok=True)
     if (config.out / "config.json").exists():
         if not runs.records_config(config.out, config):
@@ -207,7 +180,7 @@ def main(argv=None):
                                                return_tensors="pt")
     writer = SummaryWriter(str(config.out / "tensorboard"))
 
-    with runs.RunRecord(config.out, config, "train_glyph") as record:
+    with runs.RunRecord(config.out, config, "glyph.train") as record:
         # Stage 1: masked-language modelling on the corpus (skipped when mlm/ is complete).
         mlm_folder = config.out / "mlm"
         if (mlm_folder / "history.json").exists():
@@ -264,7 +237,12 @@ def main(argv=None):
 
         final = config.out / "final"
         save_sentence_transformer(encoder, tokenizer, config, final)
-        plot_history(mlm_history, contrastive_history, config.out / "training_curve.png")
+        plot_history([
+            Panel("loss", {"MLM": curve(mlm_history["train"], "loss")}, "stage 1: masked-language modelling"),
+            Panel("loss", {"InfoNCE": curve(contrastive_history["train"], "loss")}, "stage 2: contrastive",
+                  {"win rate": curve(contrastive_history["validation"], "win_rate"),
+                   "MRR@10": curve(contrastive_history["validation"], "mrr_at_10")}, validation_limits=(0, 1))],
+            config.out / "training_curve.png")
         metrics = {
             "parameters": parameters, "corpus_strings": len(corpus), "train_triples": len(triples),
             "validation_triples": len(validation),

@@ -5,8 +5,8 @@ nothing is downloaded. The tokenizer is re-saved with the model's 8,192-token li
 (captionbert is a single-segment encoder).
 
 Usage:
-    python -m tools.make_tokenizer                     # writes into captionbert-8192-v2/
-    python -m tools.make_tokenizer --out some/folder
+    python -m tools.captionbert.tokenizer                     # writes into captionbert-8192-v2/
+    python -m tools.captionbert.tokenizer --out some/folder
 """
 
 import argparse
@@ -16,14 +16,13 @@ from pathlib import Path
 
 from transformers import AutoTokenizer
 
-from tools import teachers
+from tools import registry, teachers
 
-ROOT = Path(__file__).resolve().parent.parent
 
 
 @dataclass
 class Config:
-    out: Path = ROOT / "captionbert-8192-v2"  # the folder to write tokenizer files into
+    out: Path = registry.CAPTIONBERT.path  # the folder to write tokenizer files into
     max_length: int = 8192  # model_max_length recorded in tokenizer_config.json
 
 

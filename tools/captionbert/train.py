@@ -1,18 +1,18 @@
-"""Train captionbert-8192-v2 from scratch on the teachers' consensus (tools/align_teachers.py).
+"""Train captionbert-8192-v2 from scratch on the teachers' consensus (tools/captionbert/align.py).
 
 Usage:
-    python -m tools.distill_captionbert --align runs/demo/align --out runs/demo/distill            # cpu preset
-    python -m tools.distill_captionbert --preset paper --align runs/paper/align --out runs/paper/distill
-    python -m tools.distill_captionbert --align A --out O --steps 200 --batch-size 64   # preset values overridden
+    python -m tools.captionbert.train --align runs/demo/align --out runs/demo/distill            # cpu preset
+    python -m tools.captionbert.train --preset paper --align runs/paper/align --out runs/paper/distill
+    python -m tools.captionbert.train --align A --out O --steps 200 --batch-size 64   # preset values overridden
 Rerunning the same command after a crash or kill -9 resumes from the last checkpoint and ends with the same
 weights as an uninterrupted run.
 
 The paper recipe, end to end (needs the Hub and one GPU; ~5.4 h of training):
-    python -m tools.extract_teachers --out runs/paper/extract --corpus cc12m_llava_captions.jsonl \\
+    python -m tools.captionbert.extract --out runs/paper/extract --corpus cc12m_llava_captions.jsonl \\
         --teacher google-bert/bert-base-uncased --teacher distilbert/distilbert-base-uncased \\
         --teacher FacebookAI/roberta-base --teacher albert/albert-base-v2 --teacher answerdotai/ModernBERT-base
-    python -m tools.align_teachers --extract runs/paper/extract --out runs/paper/align --fit-rows 200000
-    python -m tools.distill_captionbert --preset paper --align runs/paper/align --out runs/paper/distill
+    python -m tools.captionbert.align --extract runs/paper/extract --out runs/paper/align --fit-rows 200000
+    python -m tools.captionbert.train --preset paper --align runs/paper/align --out runs/paper/distill
 
 Objective: symmetric InfoNCE (T = 0.07, in-batch negatives) of the student's 768-d embedding against the consensus
 row of the same text, plus mse_weight x per-sample MSE against it (shared_modeling/losses.py). Pure Adam, fused (no
@@ -25,7 +25,7 @@ batch is still a random draw. The order depends only on (seed, epoch), which mak
 
 The out folder gets: checkpoint.pt (model, optimiser, schedule, RNG states, history; written atomically every
 checkpoint_every steps), tensorboard/ events, metrics.json (history and final numbers), loss_curve.png, and final/
-(the trained student as a captionbert folder: weights, config, code, tokenizer) for tools/export_captionbert.py.
+(the trained student as a captionbert folder: weights, config, code, tokenizer) for tools/captionbert/export.py.
 """
 
 import argparse
@@ -39,22 +39,23 @@ from pathlib import Path
 
 import numpy as np
 import torch
-from safetensors.numpy import load_file
 from torch.utils.tensorboard import SummaryWriter
 from tqdm.auto import tqdm
 from transformers import AutoConfig, AutoModel, AutoTokenizer, get_cosine_schedule_with_warmup
 
 from shared_modeling.losses import consensus_distillation
-from tools import corpus, runs, teacher_init, training
+from tools import registry, runs, training
+from tools.captionbert import teacher_init
+from tools.captionbert.data import EpochBatches, collate, load_consensus
+from tools.plots import Panel, curve, plot_history
 
-CAPTIONBERT = runs.ROOT / "captionbert-8192-v2"
-GROUP_BATCHES = 64  # batches per length-sorted group of the bucketed shuffle
+CAPTIONBERT = registry.CAPTIONBERT.path
 INITS = ("scratch", "select", "static")
 
 
 @dataclass
 class Config:
-    align: Path  # alignment folder of tools/align_teachers.py (manifest.json, consensus/)
+    align: Path  # alignment folder of tools/captionbert/align.py (manifest.json, consensus/)
     out: Path  # run folder: checkpoints, logs, final/
     preset: str = "cpu"  # named defaults (PRESETS); explicit options override them
     model: Path = CAPTIONBERT  # captionbert folder whose config, code and tokenizer define the student
@@ -107,15 +108,11 @@ PRESETS = {
 
 def parse_config(argv):
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--align", type=Path, required=True, help="alignment folder (tools/align_teachers.py)")
+    parser.add_argument("--align", type=Path, required=True, help="alignment folder (tools/captionbert/align.py)")
     parser.add_argument("--out", type=Path, required=True, help="run folder; rerun with it to resume")
-    parser.add_argument("--preset", choices=sorted(PRESETS), default="cpu")
-    runs.add_config_flags(parser, Config, skip=("align", "out", "preset", "expected_teachers"))
-    args = {k: v for k, v in vars(parser.parse_args(argv)).items() if v is not None}
-    config = Config(**{**PRESETS[args["preset"]], **args})
-    for name in ("steps", "batch_size", "max_length", "checkpoint_every", "log_every", "validate_every"):
-        if getattr(config, name) < 1:
-            raise SystemExit(f"--{name.replace('_', '-')} must be positive")
+    config = runs.parse_with_presets(parser, Config, PRESETS, argv, skip=("align", "out", "expected_teachers"),
+                                     positive=("steps", "batch_size", "max_length", "checkpoint_every", "log_every",
+                                               "validate_every"))
     if config.batch_size < 2:
         raise SystemExit("--batch-size must be at least 2 (InfoNCE needs in-batch negatives)")
     if config.init not in INITS:
@@ -127,83 +124,6 @@ def parse_config(argv):
     if config.max_batch_tokens is not None and config.max_batch_tokens < 2 * config.max_length:
         raise SystemExit(f"--max-batch-tokens must hold two rows of --max-length {config.max_length} tokens")
     return config
-
-
-# ---- data ----------------------------------------------------------------------------------------------------------
-
-def load_consensus(align):
-    """(texts, targets float16 (N, E), teacher names) of every kept chunk, in corpus order."""
-    manifest_path = Path(align) / "manifest.json"
-    if not manifest_path.exists():
-        raise SystemExit(f"{manifest_path} not found: run tools.align_teachers first")
-    manifest = runs.read_json(manifest_path)
-    all_texts = corpus.read_texts(manifest["texts"])
-    if corpus.corpus_hash(all_texts) != manifest["corpus_sha256"]:
-        raise SystemExit(f"{manifest['texts']} changed since the alignment (corpus hash differs)")
-    texts, targets = [], []
-    for shard in manifest["shards"]:
-        texts += all_texts[shard["first_row"]:shard["first_row"] + shard["rows"]]
-        targets.append(load_file(str(Path(align) / shard["file"]))["embeddings"])
-    teachers = list(runs.read_json(Path(align) / "report.json")["teachers"])
-    return texts, np.concatenate(targets), teachers
-
-
-def bucketed_batches(lengths, batch_size, seed, epoch, max_batch_tokens=None):
-    """One epoch of index batches (see the module docstring); full batches only. Depends on (seed, epoch) alone.
-    With max_batch_tokens, a batch is also full when one more row would make rows x longest row exceed it."""
-    rng = np.random.default_rng([seed, epoch])
-    order = rng.permutation(len(lengths))
-    group = batch_size * GROUP_BATCHES
-    batches = []
-    for start in range(0, len(order), group):
-        members = order[start:start + group]
-        members = members[np.argsort(lengths[members], kind="stable")]
-        batch = []
-        for row in members:  # ascending lengths, so the newest row is the longest
-            if batch and max_batch_tokens is not None and (len(batch) + 1) * lengths[row] > max_batch_tokens:
-                batches.append(np.array(batch))
-                batch = []
-            batch.append(row)
-            if len(batch) == batch_size:
-                batches.append(np.array(batch))
-                batch = []
-    return [batches[i] for i in rng.permutation(len(batches))]
-
-
-class EpochBatches:
-    """The batch of any step: epochs follow one another, each as long as its own bucketed shuffle (with a token cap,
-    epochs differ in their number of batches). Keeps the current epoch's batches."""
-
-    def __init__(self, lengths, config):
-        self.lengths, self.config = lengths, config
-        self.epoch, self.first_step, self.batches = 0, 0, self._of(0)
-
-    def _of(self, epoch):
-        return bucketed_batches(self.lengths, self.config.batch_size, self.config.seed, epoch,
-                                self.config.max_batch_tokens)
-
-    def at(self, step):
-        if step < self.first_step:
-            self.epoch, self.first_step, self.batches = 0, 0, self._of(0)
-        while step >= self.first_step + len(self.batches):
-            self.epoch, self.first_step = self.epoch + 1, self.first_step + len(self.batches)
-            self.batches = self._of(self.epoch)
-        return self.batches[step - self.first_step]
-
-    def epochs(self, step):
-        """Epochs done at `step` (fractional)."""
-        self.at(max(step - 1, 0))
-        return self.epoch + (step - self.first_step) / len(self.batches)
-
-
-def collate(token_ids, rows, pad_id):
-    longest = max(len(token_ids[i]) for i in rows)
-    input_ids = torch.full((len(rows), longest), pad_id, dtype=torch.long)
-    attention_mask = torch.zeros((len(rows), longest), dtype=torch.long)
-    for slot, i in enumerate(rows):
-        input_ids[slot, :len(token_ids[i])] = torch.tensor(token_ids[i])
-        attention_mask[slot, :len(token_ids[i])] = 1
-    return input_ids, attention_mask
 
 
 def train_step(model, optimizer, input_ids, attention_mask, targets, config):
@@ -239,26 +159,6 @@ def restore_checkpoint(path, model, optimizer, schedule):
     if state["cuda_rng"] is not None and torch.cuda.is_available():
         torch.cuda.set_rng_state_all(state["cuda_rng"])
     return state["step"], state["history"]
-
-
-def plot_history(history, validation, path):
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    figure, (left, right) = plt.subplots(1, 2, figsize=(11, 4))
-    steps = [h["step"] for h in history]
-    left.plot(steps, [h["info_nce"] for h in history], label="InfoNCE")
-    left.plot(steps, [h["mse_weighted"] for h in history], label="weighted MSE")
-    left.plot(steps, [h["loss"] for h in history], label="total")
-    left.set_xlabel("step"), left.set_ylabel("training loss"), left.legend(), left.grid(alpha=0.3)
-    right.plot(steps, [h["cosine"] for h in history], label="train batch")
-    right.plot([v["step"] for v in validation], [v["cosine"] for v in validation], "o-", label="held-out rows")
-    right.set_xlabel("step"), right.set_ylabel("cosine to consensus"), right.legend(), right.grid(alpha=0.3)
-    figure.tight_layout()
-    figure.savefig(path, dpi=110)
-    plt.close(figure)
 
 
 # ---- the run -------------------------------------------------------------------------------------------------------
@@ -339,7 +239,7 @@ def main(argv=None):
     parameters = sum(p.numel() for p in model.parameters())
     print(f"student {parameters:,} parameters; {len(training_rows)} training rows ({batches_per_epoch} batches an "
           f"epoch), {len(validation_rows)} held out; {config.steps} steps of {config.batch_size} on {device}")
-    with runs.RunRecord(config.out, config, "distill_captionbert") as record:
+    with runs.RunRecord(config.out, config, "captionbert.train") as record:
         writer = SummaryWriter(str(config.out / "tensorboard"), purge_step=step + 1)
         bar = tqdm(total=config.steps, initial=step, desc="distill", unit="step")
         tokens_seen, busy_seconds = 0, 0.0  # throughput counts training steps only, not validation or saving
@@ -383,7 +283,12 @@ def main(argv=None):
         for item in sorted(Path(config.model).iterdir()):  # code and tokenizer files beside the weights
             if item.suffix in (".py", ".json", ".txt") and item.name != "config.json":
                 shutil.copy(item, final / item.name)
-        plot_history(history["train"], history["validation"], config.out / "loss_curve.png")
+        plot_history([Panel("training loss", {"InfoNCE": curve(history["train"], "info_nce"),
+                                              "weighted MSE": curve(history["train"], "mse_weighted"),
+                                              "total": curve(history["train"], "loss")}),
+                      Panel("cosine to consensus", {"train batch": curve(history["train"], "cosine"),
+                                                    "held-out rows": curve(history["validation"], "cosine")})],
+                     config.out / "loss_curve.png")
         metrics = {"parameters": parameters, "steps": step, "epochs": round(epochs.epochs(step), 3),
                    "init": history["init"], "trained_length": model.config.trained_length,
                    "training_rows": int(len(training_rows)), "validation_rows": int(len(validation_rows)),

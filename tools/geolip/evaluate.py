@@ -1,11 +1,11 @@
 """Score a trained geolip-clip-ctx576 folder against its baselines on the held-out long texts of its run.
 
 Usage:
-    python -m tools.evaluate_geolip --train runs/demo/geolip/train --out runs/demo/geolip/eval
+    python -m tools.geolip.evaluate --train runs/demo/geolip/train --out runs/demo/geolip/eval
 
 The held-out texts, the spliced-tails groups, the teacher embeddings (the run's cache) and the sample the maps are
-fitted on are the training run's own (tools/train_geolip.py, rebuilt from its config.json). The model is loaded from
-final/ the way users load it (AutoModel, trust_remote_code). Rows (train_geolip.ROWS):
+fitted on are the training run's own (tools/geolip/train.py, rebuilt from its config.json). The model is loaded from
+final/ the way users load it (AutoModel, trust_remote_code). Rows (metrics.ROWS):
   memory         the model's embedding through its trained teacher projector;
   window         the frozen base on the text's own window (base_window tokens, CLIP's 77): the floor;
   first_segment  the frozen base on the text's first segment only;
@@ -30,76 +30,59 @@ from pathlib import Path
 
 import numpy as np
 import torch
-import torch.nn.functional as F
 from transformers import AutoModel
 
 from shared_modeling.segments import covered_tokens, segment_spans
-from tools import encoders, runs, train_geolip
+from tools import encoders, runs
+from tools.geolip import data, metrics
 
 
 @dataclass
 class Config:
-    train: Path  # tools/train_geolip.py run folder (config.json, teacher cache, final/)
+    train: Path  # tools/geolip/train.py run folder (config.json, teacher cache, final/)
     out: Path  # run folder
 
 
 def parse_config(argv):
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--train", type=Path, required=True, help="tools/train_geolip.py run folder")
+    parser.add_argument("--train", type=Path, required=True, help="tools/geolip/train.py run folder")
     parser.add_argument("--out", type=Path, required=True, help="run folder")
     config = Config(**vars(parser.parse_args(argv)))
     for path in (config.train / "config.json", config.train / "final" / "model.safetensors"):
         if not path.exists():
-            raise SystemExit(f"{path} not found: train with tools/train_geolip.py first")
+            raise SystemExit(f"{path} not found: train with tools/geolip/train.py first")
     return config
-
-
-def training_config(folder):
-    """The train_geolip Config a run folder records."""
-    recorded = runs.read_json(Path(folder) / "config.json")
-    paths = {item.name for item in dataclasses.fields(train_geolip.Config) if "Path" in str(item.type)}
-    return train_geolip.Config(**{k: Path(v) if k in paths and v is not None else v for k, v in recorded.items()})
-
-
-def retrieval(queries, gallery):
-    """{"m_acc", "recall_at_5", "mrr", "mean_cosine"} of row i of queries looking for row i of gallery (cosine)."""
-    queries, gallery = F.normalize(queries.float(), dim=-1), F.normalize(gallery.float(), dim=-1)
-    similarity = queries @ gallery.T
-    own = similarity.diagonal()
-    rank = (similarity > own[:, None]).sum(dim=1) + 1  # 1 is best; a tie with its own row does not push it down
-    return {"m_acc": (rank == 1).float().mean().item(), "recall_at_5": (rank <= 5).float().mean().item(),
-            "mrr": (1.0 / rank.float()).mean().item(), "mean_cosine": own.mean().item()}
 
 
 def main(argv=None):
     config = parse_config(argv)
-    trained = dataclasses.replace(training_config(config.train), out=config.train)
-    training, validation = train_geolip.split_texts(trained)
+    trained = dataclasses.replace(data.training_config(config.train), out=config.train)
+    training, validation = data.split_texts(trained)
     final = config.train / "final"
     model = AutoModel.from_pretrained(final, trust_remote_code=True).eval()
     k = trained.splice_k
-    splice, skipped = train_geolip.spliced_tails(model.tokenizer, validation, trained.base_window, k,
+    splice, skipped = data.spliced_tails(model.tokenizer, validation, trained.base_window, k,
                                                  trained.splice_groups, trained.seed)
-    targets = train_geolip.cached_teacher_embeddings(trained, training + validation + splice)
+    targets = data.cached_teacher_embeddings(trained, training + validation + splice)
     if targets is None:
-        raise SystemExit(f"{train_geolip.teacher_cache(trained, [])[0]} does not hold the teacher embeddings of "
+        raise SystemExit(f"{data.teacher_cache(trained, [])[0]} does not hold the teacher embeddings of "
                          f"{config.train}'s texts")
     train_targets, validation_targets, splice_targets = torch.from_numpy(targets).split(
         [len(training), len(validation), len(splice)])
 
-    with runs.RunRecord(config.out, config, "evaluate_geolip") as record:
-        whole = train_geolip.whole_window(trained, model.config.base)
+    with runs.RunRecord(config.out, config, "geolip.evaluate") as record:
+        whole = metrics.whole_window(trained, model.config.base)
         sample = list(range(min(trained.init_texts, len(training))))
-        maps = train_geolip.procrustes_maps(
-            train_geolip.row_embeddings(model, [training[i] for i in sample], trained.batch_size, whole),
+        maps = metrics.procrustes_maps(
+            metrics.row_embeddings(model, [training[i] for i in sample], trained.batch_size, whole),
             train_targets[sample])
-        queries = train_geolip.teacher_space(
-            model, maps, train_geolip.row_embeddings(model, validation, trained.batch_size, whole), validation_targets)
-        spliced = (train_geolip.teacher_space(
-            model, maps, train_geolip.row_embeddings(model, splice, trained.batch_size, whole), splice_targets)
+        queries = metrics.teacher_space(
+            model, maps, metrics.row_embeddings(model, validation, trained.batch_size, whole), validation_targets)
+        spliced = (metrics.teacher_space(
+            model, maps, metrics.row_embeddings(model, splice, trained.batch_size, whole), splice_targets)
             if splice else {})
-        rows = {name: {**retrieval(embeddings, validation_targets),
-                       "spliced_top1": train_geolip.spliced_top1(spliced[name], splice_targets, k) if splice else None}
+        rows = {name: {**metrics.retrieval(embeddings, validation_targets),
+                       "spliced_top1": metrics.spliced_top1(spliced[name], splice_targets, k) if splice else None}
                 for name, embeddings in queries.items()}
         lengths = np.array([len(row) for row in model.tokenizer(validation, add_special_tokens=False,
                                                                 verbose=False)["input_ids"]])

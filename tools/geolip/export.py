@@ -2,11 +2,11 @@
 card from the run records.
 
 Usage (the order make demo runs them in):
-    python -m tools.train_geolip --out runs/demo/geolip/train
-    python -m tools.evaluate_geolip --train runs/demo/geolip/train --out runs/demo/geolip/eval
-    python -m tools.train_geolip --out runs/demo/geolip/train-seg55 --segment-size 55 --segment-stride 43
-    python -m tools.evaluate_geolip --train runs/demo/geolip/train-seg55 --out runs/demo/geolip/eval-seg55
-    python -m tools.export_geolip --train runs/demo/geolip/train --eval runs/demo/geolip/eval \\
+    python -m tools.geolip.train --out runs/demo/geolip/train
+    python -m tools.geolip.evaluate --train runs/demo/geolip/train --out runs/demo/geolip/eval
+    python -m tools.geolip.train --out runs/demo/geolip/train-seg55 --segment-size 55 --segment-stride 43
+    python -m tools.geolip.evaluate --train runs/demo/geolip/train-seg55 --out runs/demo/geolip/eval-seg55
+    python -m tools.geolip.export --train runs/demo/geolip/train --eval runs/demo/geolip/eval \\
         --ablation runs/demo/geolip/eval-seg55 --out runs/demo/geolip/export
 
 What it does:
@@ -17,7 +17,7 @@ What it does:
        the held-out texts as the trained final/ folder does (max difference <= max_difference);
     4. records the checks and the goals (met or missed, from the evaluation's numbers) in the out folder
        (metrics.json) and writes README.md from the run records; the ablation (a run with other segments, scored by
-       tools/evaluate_geolip.py) is optional: with it, the card compares the two runs and says which one it ships.
+       tools/geolip/evaluate.py) is optional: with it, the card compares the two runs and says which one it ships.
 """
 
 import argparse
@@ -31,11 +31,11 @@ import numpy as np
 import torch
 from transformers import AutoConfig, AutoModel
 
-from tools import cards, encoders, runs
-from tools.evaluate_geolip import training_config
-from tools.train_geolip import ROWS, split_texts
+from tools import cards, encoders, registry, runs
+from tools.geolip.data import split_texts, training_config
+from tools.geolip.metrics import ROWS
 
-GEOLIP = runs.ROOT / "geolip-clip-ctx576"
+GEOLIP = registry.GEOLIP.path
 BASELINES = ("window", "first_segment", "segment_mean", "whole")  # the rows the memory is measured against
 MEASURES = {"m_acc": "m_acc", "recall_at_5": "recall@5", "mrr": "MRR", "mean_cosine": "mean cosine to the teacher",
             "spliced_top1": "spliced-tails top-1"}
@@ -43,10 +43,10 @@ MEASURES = {"m_acc": "m_acc", "recall_at_5": "recall@5", "mrr": "MRR", "mean_cos
 
 @dataclass
 class Config:
-    train: Path  # tools/train_geolip.py run folder (final/, metrics.json)
-    eval: Path  # tools/evaluate_geolip.py run that scored train/final
+    train: Path  # tools/geolip/train.py run folder (final/, metrics.json)
+    eval: Path  # tools/geolip/evaluate.py run that scored train/final
     out: Path  # run folder for this export's checks
-    ablation: Path | None = None  # tools/evaluate_geolip.py run of a training run with other segments
+    ablation: Path | None = None  # tools/geolip/evaluate.py run of a training run with other segments
     to: Path = GEOLIP  # the Hub folder to fill
     parity_texts: int = 64  # held-out texts the fresh-process load is checked on
     max_difference: float = 1e-5  # largest allowed |exported - trained| embedding entry
@@ -60,7 +60,7 @@ def parse_config(argv):
     parser.add_argument("--train", type=Path, required=True)
     parser.add_argument("--eval", type=Path, required=True)
     parser.add_argument("--out", type=Path, required=True)
-    parser.add_argument("--ablation", type=Path, help="tools/evaluate_geolip.py run of an ablation training run")
+    parser.add_argument("--ablation", type=Path, help="tools/geolip/evaluate.py run of an ablation training run")
     parser.add_argument("--to", type=Path, default=GEOLIP, help="the geolip-clip-ctx576 Hub folder to fill")
     parser.add_argument("--parity-texts", type=int, default=Config.parity_texts)
     parser.add_argument("--max-difference", type=float, default=Config.max_difference)
@@ -246,7 +246,7 @@ def build_card(train_config, train, evaluation, export, ablation=None):
 > so the bundle's embedded default (`make demo`, preset `{train_config['preset']}`) freezes **{base}**
 > ({train['base_parameters']:,} parameters, {export['hidden_size']}-d, {export['base_pooling']} pooling) as the
 > short-window base and distils from **{teacher}** reading the whole text. The published recipe (CLIP-L's text
-> tower, ModernBERT-large, CC12M captions, a GPU) is `tools/train_geolip.py --preset paper`; at CLIP-L size the
+> tower, ModernBERT-large, CC12M captions, a GPU) is `tools/geolip/train.py --preset paper`; at CLIP-L size the
 > same memory has {export['clip_l_trainable'] / 1e6:.1f}M trainable parameters (the published model: 34.5M)."""
         space = (f"the base here is {base}, not CLIP: the embedding is in its sentence space, not CLIP's joint "
                  "image-text space, so it does not pair with CLIP image embeddings")
@@ -286,7 +286,7 @@ def build_card(train_config, train, evaluation, export, ablation=None):
     metadata = cards.front_matter(library_name="transformers", pipeline_tag="feature-extraction",
                                   tags=["sentence-embeddings", "remote-code", "long-context", "distillation"],
                                   base_model=base_id, datasets=[source_id] if source_id else None,
-                                  model_name="geolip-clip-ctx576", results=results)
+                                  model_name=registry.GEOLIP.folder, results=results)
     return f"""{metadata}
 # geolip-clip-ctx576
 
@@ -299,7 +299,7 @@ model returns exactly the base on its window. The output is one {export['hidden_
 the base's own embedding space.
 
 {banner}
-> Every number below is generated from the run records by `tools/export_geolip.py`.
+> Every number below is generated from the run records by `tools/geolip/export.py`.
 
 ## Use
 
@@ -380,7 +380,7 @@ m_acc 0.945 on its CC12M validation captions):
 
 ## Source
 
-Built by `tools/train_geolip.py`, `tools/evaluate_geolip.py` and `tools/export_geolip.py` in the bundle's source
+Built by `tools/geolip/train.py`, `tools/geolip/evaluate.py` and `tools/geolip/export.py` in the bundle's source
 repository.
 """
 
@@ -408,7 +408,7 @@ def main(argv=None):
     if evaluation["weights_sha256"] != encoders.weights_hash(final):
         raise SystemExit(f"{config.eval} scored other weights than {final}: evaluate the model again")
 
-    with runs.RunRecord(config.out, config, "export_geolip"):
+    with runs.RunRecord(config.out, config, "geolip.export"):
         config.to.mkdir(parents=True, exist_ok=True)
         for path in sorted(final.iterdir()):
             if path.suffix != ".py":  # the weights, config.json and the tokenizer's files; the code is the folder's

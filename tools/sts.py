@@ -1,25 +1,16 @@
-"""STS-8 harness: Spearman of cosine vs gold on the eight English STS test sets, plus geometry gauges.
+"""The STS-8 suite, read from ../shared/data, and its scoring: Spearman of cosine vs gold on the eight English STS
+test sets, plus geometry gauges. tools/captionbert/evaluate.py runs it on encoders; the AMOE arms are selected and
+scored by it; tools/corpus.py keeps its sentences out of every training corpus.
 
 Tasks (MTEB's STS suite, test splits, every genre of a year pooled into one score): STS12, STS13, STS14, STS15,
 STS16, STS-B (STSBenchmark test), SICK-R, BIOSSES. Mean = unweighted average of the eight. Gauges on a held-out
 caption sample (the first caption of each Flickr8k test image): self_cos (mean cosine between distinct rows) and
 erank (participation ratio of the centred embeddings); erank_sts is the same participation ratio out of domain, on
 as many STS-8 sentences (a fixed random draw).
-
-Usage:
-    python -m tools.evaluate --encoder teacher:all-MiniLM-L6-v2
-    python -m tools.evaluate --encoder captionbert-8192-v2 --encoder teacher:all-mpnet-base-v2 --out runs/eval/x
-    python -m tools.evaluate --encoder model.onnx --onnx-tokenizer tok_folder --onnx-output last_hidden_state
-`--encoder` takes any spec tools/encoders.py understands and may repeat; `NAME=SPEC` names its row NAME
-(e.g. `--encoder captionbert-8192-v2=runs/demo/distill/final`). Writes metrics.json and results.md into
-the run folder (default runs/eval/<timestamp>/) and prints the table.
 """
 
-import argparse
 import csv
-import sys
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -27,22 +18,8 @@ import torch
 from scipy.stats import spearmanr
 
 from shared_modeling.geometry import erank, self_cos
-from tools import encoders, runs
 
 TASKS = ("STS12", "STS13", "STS14", "STS15", "STS16", "STS-B", "SICK-R", "BIOSSES")
-
-
-@dataclass
-class Config:
-    encoders: list[str] = field(default_factory=list)  # encoder specs (tools/encoders.py), scored in order
-    data_dir: Path = field(default_factory=runs.default_data_dir)  # ../shared/data or BUNDLE_DATA_DIR
-    out: Path | None = None  # run folder; default runs/eval/<timestamp>
-    tasks: list[str] = field(default_factory=lambda: list(TASKS))  # subset of TASKS to score
-    batch_size: int = 64  # texts per forward pass
-    max_length: int = 512  # token limit for plain HF / ONNX encoders
-    gauge_captions: int = 1000  # held-out captions for self_cos / erank (0 to skip)
-    onnx_tokenizer: Path | None = None  # tokenizer folder for an .onnx encoder
-    onnx_output: str | None = None  # token-state output name of an .onnx encoder
 
 
 # ---- the eight test sets, each in its raw release format ----------------------------------------------------------
@@ -159,46 +136,3 @@ def markdown_table(metrics, tasks):
         cells += [f"{row[g]:+.3f}" if g == "self_cos" else f"{row[g]:.1f}" for g in gauges]
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"
-
-
-def main(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--encoder", dest="encoders", action="append", required=True, help="encoder spec (repeatable)")
-    parser.add_argument("--data-dir", type=Path, default=runs.default_data_dir(), help="the shared data folder")
-    parser.add_argument("--out", type=Path, default=None, help="run folder (default runs/eval/<timestamp>)")
-    parser.add_argument("--tasks", nargs="+", default=list(TASKS), choices=TASKS, help="tasks to score")
-    parser.add_argument("--batch-size", type=int, default=Config.batch_size)
-    parser.add_argument("--max-length", type=int, default=Config.max_length, help="token limit (plain HF / ONNX)")
-    parser.add_argument("--gauge-captions", type=int, default=Config.gauge_captions, help="0 skips the gauges")
-    parser.add_argument("--onnx-tokenizer", type=Path, default=None, help="tokenizer folder for an .onnx encoder")
-    parser.add_argument("--onnx-output", default=None, help="token-state output name of an .onnx encoder")
-    config = Config(**vars(parser.parse_args(argv)))
-    config.out = config.out or runs.timestamped(runs.ROOT / "runs", "eval")
-    if not (config.data_dir / "sts").is_dir():
-        raise SystemExit(f"no sts/ folder in --data-dir {config.data_dir}")
-
-    task_pairs = {task: load_task(config.data_dir, task) for task in config.tasks}
-    captions = gauge_captions(config.data_dir, config.gauge_captions) if config.gauge_captions else []
-    print("pairs per task:", {task: len(pairs) for task, pairs in task_pairs.items()})
-    options = encoders.EncodeOptions(batch_size=config.batch_size, max_length=config.max_length)
-
-    metrics = {}
-    with runs.RunRecord(config.out, config, "evaluate"):
-        for entry in config.encoders:
-            label, _, spec = entry.rpartition("=")
-            name, encoder = encoders.load(spec, options, config.onnx_tokenizer, config.onnx_output)
-            name = label or name
-            metrics[name] = {"spec": spec, "kind": encoder.kind, "max_length": encoder.max_length,
-                             "weights_sha256": encoders.weights_hash(encoder.source),
-                             **score(encoder, task_pairs, captions)}
-            print(f"{name}: mean {metrics[name]['mean']:.4f} ({metrics[name]['encode_seconds']} s)")
-            runs.write_json(config.out / "metrics.json", metrics)  # after each encoder, so a long run shows progress
-        table = markdown_table(metrics, config.tasks)
-        (config.out / "results.md").write_text(table)
-    print(table)
-    print(f"wrote {config.out / 'metrics.json'} and {config.out / 'results.md'}")
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -1,17 +1,18 @@
 """Train AMOE arms on a frozen captionbert trunk: solo arms, dispatches, and greedy forward selection.
 
 Usage (the embedded default, as `make demo` runs it; the trunk is captionbert-8192-v2/):
-    python -m tools.train_amoe solo --data paraphrase --seed 0 --out runs/demo/amoe/solo/paraphrase-seed0
-    python -m tools.train_amoe solo --data equiv --seed 1 --out runs/demo/amoe/solo/equiv-seed1
-    python -m tools.train_amoe solo --data my_pairs.tsv --name legal --out runs/x/legal-seed0      # any TSV of pairs
-    python -m tools.train_amoe dispatch --arm runs/demo/amoe/solo/equiv-seed0 --arm control --out runs/x/d
-    python -m tools.train_amoe select --solo runs/demo/amoe/solo --candidates paraphrase equiv sts \\
+    python -m tools.captionbert.amoe.train solo --data paraphrase --seed 0 --out runs/demo/amoe/solo/paraphrase-seed0
+    python -m tools.captionbert.amoe.train solo --data equiv --seed 1 --out runs/demo/amoe/solo/equiv-seed1
+    python -m tools.captionbert.amoe.train solo --data my_pairs.tsv --name legal --out runs/x/legal-seed0  # any TSV
+    python -m tools.captionbert.amoe.train dispatch --arm runs/demo/amoe/solo/equiv-seed0 --arm control --out runs/x/d
+    python -m tools.captionbert.amoe.train select --solo runs/demo/amoe/solo --candidates paraphrase equiv sts \\
         --out runs/demo/amoe/select
 A finished run (its metrics.json says "complete") is skipped when the same command runs again; delete the folder
 to retrain. The maths of arms and dispatch is ../shared/specs/amoe.md (shared_modeling/amoe.py).
 
 solo      one arm and its one routing key (a one-arm dispatch, weight tanh(u)) on one pair dataset
-          (tools/pairs.py), trunk frozen in eval mode, pure Adam (lr 1e-3, wd 0), fp32 with TF32 off. Losses
+          (tools/captionbert/amoe/pairs.py), trunk frozen in eval mode, pure Adam (lr 1e-3, wd 0), fp32 with TF32 off.
+          Losses
           (shared_modeling/losses.py): in-batch InfoNCE, with the hard negative where the data has one (equiv), plus
           CoSENT over the MRPC labels so Quality-0 pairs rank below paraphrases (paraphrase); CoSENT on gold scores
           (sts). Scores the arm on the validation suite and on STS-8. Writes amoe/arms/<name>.safetensors and
@@ -30,7 +31,7 @@ select    greedy forward selection over solo arms (seed 0 is the arm; seed 1 mea
           out/amoe/ (every candidate arm, ARMS.json, <collective>/dispatch.safetensors), scores trunk, collective
           and control on STS-8, and sweeps the dispatch tau (.10/.05/.02) on STS-B. When no candidate clears the
           bar at A=1, no collective ships: metrics.json records the comparisons with "shipped": null, there is no
-          out/amoe/, and tools/export_captionbert.py ships the trunk alone (its card says why).
+          out/amoe/, and tools/captionbert/export.py ships the trunk alone (its card says why).
 All decisions use the validation suite (STS-B dev, MRPC test, SNLI test, held-out text removed), never STS-8.
 """
 
@@ -55,9 +56,10 @@ from shared_modeling.amoe import (TAU, Arm, ArmSwitch, Dispatch, load_arm, load_
                                   unwrap_layers, wrap_layers)
 from shared_modeling.identity import trunk_hash
 from shared_modeling.losses import cosent, info_nce_with_hard_negatives, symmetric_info_nce
-from tools import evaluate, pairs, runs, training
+from tools import registry, runs, sts, training
+from tools.captionbert.amoe import pairs
 
-CAPTIONBERT = runs.ROOT / "captionbert-8192-v2"
+CAPTIONBERT = registry.CAPTIONBERT.path
 CONTROL = "control"  # roster entry for the untrained control arm
 ALARM_PERPLEXITY, ALARM_SHARE, ALARM_STRIKES = 1.5, 0.02, 3
 
@@ -75,7 +77,7 @@ class Common:
     max_length: int = 64  # tokens per text in training
     seed: int = 0  # arm and routing-key initialisation and data order
     log_every: int = 10  # steps between history / TensorBoard points
-    tasks: list[str] = field(default_factory=lambda: list(evaluate.TASKS))  # STS-8 tasks to score (default all)
+    tasks: list[str] = field(default_factory=lambda: list(sts.TASKS))  # STS-8 tasks to score (default all)
     validation_rows: int = 0  # rows per validation set (0 = all; fewer for quick trials)
     device: str = "cuda" if torch.cuda.is_available() else "cpu"
 
@@ -129,7 +131,7 @@ def parse_config(argv):
                 sub.add_argument(flag, action=argparse.BooleanOptionalAction, default=None)
             elif item.name in ("candidates", "tau_sweep", "tasks"):
                 sub.add_argument(flag, nargs="+", type=float if item.name == "tau_sweep" else str, default=None,
-                                 choices=evaluate.TASKS if item.name == "tasks" else None)
+                                 choices=sts.TASKS if item.name == "tasks" else None)
             else:
                 kind = Path if item.type is Path else item.type
                 sub.add_argument(flag, type=kind, default=None, required=item.name == "out")
@@ -288,15 +290,15 @@ class RoutingMonitor:
 # ---- scoring ---------------------------------------------------------------------------------------------------------
 
 def validation_score(model, validation):
-    """tools/evaluate.score on the validation suite: Spearman per set and their mean."""
-    result = evaluate.score(model, validation, [])
+    """tools/sts.score on the validation suite: Spearman per set and their mean."""
+    result = sts.score(model, validation, [])
     return {name: result[name] for name in (*validation, "mean")}
 
 
 def sts8_score(model, config):
     """Spearman per STS-8 task (config.tasks) and their mean."""
-    task_pairs = {task: evaluate.load_task(config.data_dir, task) for task in config.tasks}
-    result = evaluate.score(model, task_pairs, [])
+    task_pairs = {task: sts.load_task(config.data_dir, task) for task in config.tasks}
+    result = sts.score(model, task_pairs, [])
     return {name: result[name] for name in (*config.tasks, "mean")}
 
 
@@ -545,8 +547,8 @@ def select(config):
 
     print(f"scoring the shipped collective {shipped['roster']} and its control on STS-8")
     # Scored from the files just written (format, content and trunk hashes checked on load), through the library
-    # rather than the trunk folder's attach_amoe: a trunk folder may carry older remote code. tools/export_captionbert
-    # checks attach_amoe() on the Hub folder.
+    # rather than the trunk folder's attach_amoe: a trunk folder may carry older remote code.
+    # tools/captionbert/export.py checks attach_amoe() on the Hub folder.
     dispatch, _ = load_dispatch(library / config.collective / "dispatch.safetensors", *shape(model), trunk_id)
     shipped_arms = {name: load_arm(library / "arms" / f"{name}.safetensors", *shape(model), trunk_id, name=name)[0]
                     for name in dispatch.roster}
@@ -566,7 +568,7 @@ def select(config):
             _, dispatch, record = collective(shipped["roster"], tau)
         arms = {name: members[name]["arm"] for name in shipped["roster"]}
         with Attached(model, arms, dispatch):
-            stsb = evaluate.score(model, {"STS-B": evaluate.load_task(config.data_dir, "STS-B")}, [])["STS-B"]
+            stsb = sts.score(model, {"STS-B": sts.load_task(config.data_dir, "STS-B")}, [])["STS-B"]
         sweep.append({"tau": tau, "STS-B": stsb, "amplitude_budget": _budget(record)})
     writer.close()
 
@@ -618,7 +620,8 @@ def write_arms_json(library, members, steps, shipped, trunk_id, config):
             "seed_spread_validation": member["spread"], "selection": verdicts.get(name, []),
             "in_collective": name in shipped["roster"]}
     payload = {"trunk_hash": trunk_id, "collective": config.collective, "roster": shipped["roster"],
-               "selection_metric": "mean Spearman on the validation suite (tools/pairs.py), never STS-8",
+               "selection_metric": ("mean Spearman on the validation suite (tools/captionbert/amoe/pairs.py), "
+                                    "never STS-8"),
                "arms": entries}
     runs.write_json(library / "arms" / "ARMS.json", payload)
     return library / "arms" / "ARMS.json"
@@ -633,7 +636,7 @@ def main(argv=None):
         return 0
     if config.out.exists():
         shutil.rmtree(config.out)  # a run killed half-way starts over: runs are minutes long
-    with runs.RunRecord(config.out, config, f"train_amoe {mode}"):
+    with runs.RunRecord(config.out, config, f"captionbert.amoe.train {mode}"):
         metrics = {"solo": train_solo, "dispatch": run_dispatch, "select": select}[mode](config)
         runs.write_json(config.out / "metrics.json", metrics)
     print(json.dumps({k: v for k, v in metrics.items() if k not in ("history", "steps")}, indent=2, default=str))

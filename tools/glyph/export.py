@@ -2,11 +2,11 @@
 from the run records.
 
 Usage (the order make demo runs them in):
-    python -m tools.build_glyph_corpus --out runs/demo/glyph/corpus
-    python -m tools.train_glyph --corpus runs/demo/glyph/corpus --out runs/demo/glyph/train
-    python -m tools.evaluate_glyph --corpus runs/demo/glyph/corpus --out runs/demo/glyph/eval \\
+    python -m tools.glyph.corpus --out runs/demo/glyph/corpus
+    python -m tools.glyph.train --corpus runs/demo/glyph/corpus --out runs/demo/glyph/train
+    python -m tools.glyph.evaluate --corpus runs/demo/glyph/corpus --out runs/demo/glyph/eval \\
         --encoder glyph-embedder-v2=runs/demo/glyph/train/final --encoder teacher:all-MiniLM-L6-v2
-    python -m tools.export_glyph --corpus runs/demo/glyph/corpus --train runs/demo/glyph/train \\
+    python -m tools.glyph.export --corpus runs/demo/glyph/corpus --train runs/demo/glyph/train \\
         --eval runs/demo/glyph/eval --out runs/demo/glyph/export
 
 What it does:
@@ -14,7 +14,7 @@ What it does:
     2. copies the sentence-transformers folder (weights, tokenizer, modules) and the training curve into the folder;
     3. in a fresh process with the project NOT importable, loads the folder with SentenceTransformer (no custom code)
        and with plain AutoModel/AutoTokenizer + a manual mean pool, and checks both give the trained embeddings;
-    4. writes glyph-embedder-v2-f32.gguf and -f16.gguf (tools/export_gguf.py) and runs them in llama.cpp
+    4. writes glyph-embedder-v2-f32.gguf and -f16.gguf (tools/glyph/gguf.py) and runs them in llama.cpp
        (llama-cpp-python) on held-out test strings: tokens must match token for token and every cosine to the
        PyTorch embedding must reach min_cosine;
     5. records the checks in the out folder (metrics.json) and writes README.md from the run records.
@@ -32,12 +32,13 @@ import numpy as np
 from transformers import AutoModel
 
 from shared_modeling.identity import embedding_space, trunk_hash
-from tools import cards, encoders, export_gguf, runs
-from tools.build_glyph_corpus import read_triples
-from tools.evaluate_glyph import table_markdown
+from tools import cards, encoders, registry, runs
+from tools.glyph import gguf
+from tools.glyph.data import read_triples
+from tools.glyph.metrics import table_markdown
 
-GLYPH = runs.ROOT / "glyph-embedder-v2"
-MODEL = "glyph-embedder-v2"
+GLYPH = registry.GLYPH.path
+MODEL = registry.GLYPH.folder  # its row in the evaluation
 GENERAL = "all-MiniLM-L6-v2"  # the off-the-shelf general encoder row
 FOLDER_FILES = ("config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json", "modules.json",
                 "sentence_bert_config.json", "config_sentence_transformers.json", "1_Pooling", "2_Normalize")
@@ -45,9 +46,9 @@ FOLDER_FILES = ("config.json", "model.safetensors", "tokenizer.json", "tokenizer
 
 @dataclass
 class Config:
-    corpus: Path  # tools/build_glyph_corpus.py folder
-    train: Path  # tools/train_glyph.py folder (final/ holds the sentence-transformers model)
-    eval: Path  # tools/evaluate_glyph.py run that scored the model (row MODEL)
+    corpus: Path  # tools/glyph/corpus.py folder
+    train: Path  # tools/glyph/train.py folder (final/ holds the sentence-transformers model)
+    eval: Path  # tools/glyph/evaluate.py run that scored the model (row MODEL)
     out: Path  # run folder for this export's checks
     to: Path = GLYPH  # the Hub folder to fill
     parity_strings: int = 300  # held-out test strings the GGUF files are checked on
@@ -95,7 +96,7 @@ def fresh_process_embeddings(folder, texts):
     return {key: np.array(value) for key, value in embeddings.items()}
 
 def check_gguf(folder, path, texts, min_cosine):
-    rows = export_gguf.check_parity(folder, path, texts)
+    rows = gguf.check_parity(folder, path, texts)
     cosines = np.array([cosine for _, _, cosine in rows])
     result = {"file": path.name, "bytes": path.stat().st_size, "strings": len(rows),
               "tokens_identical": sum(same for _, same, _ in rows), "min_cosine": float(cosines.min()),
@@ -141,7 +142,7 @@ paraphrase lands near its claim and a one-symbol mutation that flips the meaning
 
 > **These weights** come from the bundle's embedded default (`make demo`, preset `{train_config['preset']}`,
 > {mlm['training_minutes']} + {contrastive['training_minutes']} minutes of training on a 2-core CPU). Every
-> number below is generated from the run records by `tools/export_glyph.py`.
+> number below is generated from the run records by `tools/glyph/export.py`.
 
 ## Use
 
@@ -188,7 +189,7 @@ to be safe.
 {gguf_lines}
 
 (measured on {export['parity_strings']} held-out test strings through llama-cpp-python
-{export['llama_cpp_python']}; the files are written by `tools/export_gguf.py` with the `gguf` package, since the
+{export['llama_cpp_python']}; the files are written by `tools/glyph/gguf.py` with the `gguf` package, since the
 stock converter cannot recognise a new tokenizer.)
 
 ## Evaluation on held-out atoms
@@ -250,8 +251,8 @@ decay, {train_config['precision']} forward pass, seed {train_config['seed']}.
 
 ## Source
 
-Built by `tools/build_glyph_corpus.py`, `tools/train_glyph.py`, `tools/evaluate_glyph.py`, `tools/export_gguf.py` and
-`tools/export_glyph.py` in the bundle's source repository.
+Built by `tools/glyph/corpus.py`, `tools/glyph/train.py`, `tools/glyph/evaluate.py`, `tools/glyph/gguf.py` and
+`tools/glyph/export.py` in the bundle's source repository.
 """
 
 
@@ -275,7 +276,7 @@ def main(argv=None):
     if evaluation["rows"][MODEL]["weights_sha256"] != encoders.weights_hash(final):
         raise SystemExit(f"{config.eval} scored other weights than {final}: evaluate the model again")
 
-    with runs.RunRecord(config.out, config, "export_glyph"):
+    with runs.RunRecord(config.out, config, "glyph.export"):
         config.to.mkdir(parents=True, exist_ok=True)
         for name in FOLDER_FILES:
             target = config.to / name
@@ -301,7 +302,7 @@ def main(argv=None):
         runs.write_json(config.to / "config.json", {**folder_config, "embedding_space": space})
         gguf = {}
         for dtype in ("f32", "f16"):
-            path = export_gguf.export_gguf(config.to, config.to / f"{MODEL}-{dtype}.gguf", dtype, name=MODEL)
+            path = gguf.export_gguf(config.to, config.to / f"{MODEL}-{dtype}.gguf", dtype, name=MODEL)
             gguf[dtype] = check_gguf(config.to, path, texts, config.min_cosine)
             print(f"{path.name}: tokens identical on {gguf[dtype]['tokens_identical']}/{len(texts)} strings, "
                   f"min cosine to PyTorch {gguf[dtype]['min_cosine']:.6f}")

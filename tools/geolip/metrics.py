@@ -1,0 +1,99 @@
+"""The measures of geolip's card: each row's embeddings of held-out texts (the model and its baselines, ROWS), each
+mapped into the teacher's space, and the retrieval scores on them (m_acc, recall@5, MRR, mean cosine, spliced-tails
+top-1).
+"""
+
+from pathlib import Path
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from shared_modeling.geometry import orthogonal_procrustes
+from tools import runs
+from tools.geolip.data import base_folder
+
+
+# The model, the base on its window, on its first segment, the mean of its segments, the base on the whole text (when
+# it reads more than the window) and the teacher itself.
+ROWS = ("memory", "window", "first_segment", "segment_mean", "whole", "teacher")
+
+
+def whole_window(config, base):
+    """The tokens the base reads of a text natively, special tokens included: the sentence-transformers
+    max_seq_length of its folder where it has one (all-MiniLM-L6-v2: 256), else its position limit; None when that
+    is no more than the window (a CLIP base: 77), where the base cannot read the whole text and no whole row exists."""
+    settings = Path(base_folder(config.base)) / "sentence_bert_config.json"
+    length = base.max_position_embeddings
+    if settings.is_file():
+        length = min(length, runs.read_json(settings)["max_seq_length"])
+    return length if length > config.base_window else None
+
+
+def row_embeddings(model, texts, batch_size, whole=None):
+    """{row: (N, D)} of `texts` in the base's space, without autograd: memory (the model, before its projector),
+    window, first_segment, segment_mean, and whole (the base on each text's first `whole` tokens) unless whole is
+    None."""
+    content_ids = model.content_ids(texts)
+    rows = {name: [] for name in ("memory", "window", "first_segment", "segment_mean")}
+    with torch.no_grad():
+        for start in range(0, len(texts), batch_size):
+            ids = content_ids[start:start + batch_size]
+            window = model.window_embedding(ids)
+            layers, mask, own, counts = model.segments(ids)
+            rows["memory"].append(model.embed_segments(window, layers, mask, counts).last_hidden_state[:, 0])
+            rows["window"].append(window)
+            starts = np.cumsum([0, *counts[:-1]])
+            rows["first_segment"].append(own[starts])
+            rows["segment_mean"].append(torch.stack([own[s:s + c].mean(dim=0) for s, c in zip(starts, counts)]))
+        if whole is not None:  # the uncut tokens: the segments may cover fewer than the base reads
+            uncut = model.tokenizer(texts, add_special_tokens=False, verbose=False)["input_ids"]
+            rows["whole"] = [model.window_embedding(uncut[start:start + batch_size], whole)
+                             for start in range(0, len(texts), batch_size)]
+    return {name: torch.cat(chunks) for name, chunks in rows.items()}
+
+
+def procrustes_maps(rows, targets):
+    """{row: (D, D')}: each row's (row_embeddings) orthogonal Procrustes map onto the teacher embeddings `targets`
+    (N, D') of the same texts."""
+    return {name: orthogonal_procrustes(F.normalize(embeddings, dim=-1), F.normalize(targets, dim=-1))
+            for name, embeddings in rows.items()}
+
+
+def teacher_space(model, maps, rows, targets):
+    """{row: (N, D')} in ROWS order: the rows (row_embeddings) in the teacher's space, the memory through its trained
+    projector, every other row through its own map (procrustes_maps), and the teacher row, the teacher's own
+    embeddings `targets` of the same texts (already there: a map fitted on fewer texts than its width would not be
+    the identity)."""
+    with torch.no_grad():
+        mapped = {name: model.projector(embeddings) if name == "memory" else embeddings @ maps[name]
+                  for name, embeddings in rows.items()}
+    return {name: targets if name == "teacher" else mapped[name] for name in ROWS if name in {*mapped, "teacher"}}
+
+
+def spliced_top1(queries, targets, k):
+    """Top-1 accuracy of row i of queries retrieving row i of targets by cosine within its group of k consecutive
+    rows (both (G k, D')): 1 / k for a row that gives every text of a group one embedding."""
+    similarity = F.normalize(queries, dim=-1).view(-1, k, queries.shape[1]) @ \
+        F.normalize(targets, dim=-1).view(-1, k, targets.shape[1]).transpose(1, 2)  # (G, k, k)
+    return (similarity.argmax(dim=2) == torch.arange(k)).sum().item() / len(queries)
+
+
+def m_acc(queries, gallery):
+    """Top-1 accuracy of row i of queries retrieving row i of gallery by cosine (both (N, D'))."""
+    similarity = F.normalize(queries, dim=-1) @ F.normalize(gallery, dim=-1).T
+    return (similarity.argmax(dim=1) == torch.arange(len(queries))).float().mean().item()
+
+
+def mean_cosine(first, second):
+    return F.cosine_similarity(first, second, dim=-1).mean().item()
+
+
+def retrieval(queries, gallery):
+    """{"m_acc", "recall_at_5", "mrr", "mean_cosine"} of row i of queries looking for row i of gallery (cosine)."""
+    queries, gallery = F.normalize(queries.float(), dim=-1), F.normalize(gallery.float(), dim=-1)
+    similarity = queries @ gallery.T
+    own = similarity.diagonal()
+    rank = (similarity > own[:, None]).sum(dim=1) + 1  # 1 is best; a tie with its own row does not push it down
+    return {"m_acc": (rank == 1).float().mean().item(), "recall_at_5": (rank <= 5).float().mean().item(),
+            "mrr": (1.0 / rank.float()).mean().item(), "mean_cosine": own.mean().item()}

@@ -1,0 +1,220 @@
+"""Train geolip-clip-ctx576's geometric memory by distillation from a frozen long-context teacher; the base stays
+frozen too, so only the memory system and the teacher projector learn.
+
+Usage:
+    python -m tools.geolip.train --out runs/demo/geolip/train    # cpu preset: all-MiniLM-L6-v2 base, all-mpnet teacher
+    python -m tools.geolip.train --preset paper --texts cc12m-llava.txt --out runs/paper/geolip/train
+                                                # CLIP-L base, ModernBERT-large teacher (needs the Hub and a GPU)
+    python -m tools.geolip.train --out O --steps 20 --batch-size 8  # preset values overridden
+Rerunning the same command resumes from the last checkpoint (the loop in tools/training.py).
+
+Data: the long ImageInWords descriptions, split by image, so that the `validation_texts` held out (the m_acc
+gallery) share no image with training; plus Flickr8k train captions (short texts, where one segment is all there
+is). `--texts FILE` (one text per line) replaces the long descriptions, as the paper preset's CC12M captions do.
+Teacher: a frozen encoder reading each whole text (tools/encoders.py spec; its own token limit), in bf16 autocast
+where the hardware computes bf16 (--teacher-precision auto; float32 elsewhere); its embeddings are computed once and
+cached (in the run folder, or a --teacher-cache file that runs on the same texts share).
+Model: GeolipModel (geolip-clip-ctx576/) around the frozen base given by --base (a folder or Hub id: a CLIP
+checkpoint gives its text tower): the base's embedding of the text's window (--base-window tokens, special tokens
+included: CLIP's 77, in both presets) plus what the memory, reading segments of 18 content tokens every 14 (at most
+32) of the whole text, adds through a zero-initialised projection; untrained, it is exactly the base on its window.
+Loss: InfoNCE(projector(student) -> teacher, in-batch negatives) x 1.0 + the SVD-Procrustes residual of the
+student batch against the teacher batch x 0.3 + (pentachoron CV of each text's segment anchors - the teacher's CV)^2
+x 0.05 over texts with at least 5 segments. The teacher's CV: its embeddings of the segment texts of a sample of
+training texts, each text's CV averaged. The projector starts as the orthogonal Procrustes map of the untrained
+student onto the teacher on a training sample (the cosine before and after is recorded).
+m_acc: top-1 retrieval of each validation text's teacher embedding, among the whole gallery's, by its projected
+student embedding.
+Rows measured on the held-out gallery at the end, each baseline mapped into the teacher's space by its own orthogonal
+Procrustes map fitted on the projector's initialisation sample (ROWS): memory (the model, through its trained
+projector), window (the base on its window: the floor), first_segment (the base on the first segment),
+segment_mean (the mean of its segment embeddings), whole (the base reading as much as it natively can: its
+sentence-transformers max_seq_length, all-MiniLM-L6-v2's 256, or its position limit; absent when that is no more
+than the window, as for CLIP) and teacher (the teacher's own embeddings, unmapped: the reference). Each row gets
+m_acc, the mean cosine to the teacher, and spliced-tails top-1: groups of --splice-k held-out texts that share their
+first --base-window tokens (one description's prefix, cut at a word boundary, then the tails of splice_k others) and
+differ only after them; the teacher reads each whole, and each row's embedding must retrieve its own text's teacher
+embedding among the group's (the window row scores exactly 1 / splice_k: it sees one text).
+Training: AdamW with linear warm-up and decay, bf16 autocast on the forward pass where the hardware computes bf16
+(--precision auto; float32 elsewhere; the losses always in float32).
+The out folder gets config.json, run.json, checkpoint-memory.pt, teacher.npy (the cache of the training, held-out
+and spliced texts' teacher embeddings, unless --teacher-cache names a shared one), tensorboard/, metrics.json
+(history, init, CV target, the final rows with the gallery size and the spliced groups, the minutes each phase
+took) and training_curve.png, and final/, the model folder (weights, tokenizer, remote code).
+"""
+
+import argparse
+import shutil
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+from torch.nn.attention import SDPBackend, sdpa_kernel
+from torch.utils.tensorboard import SummaryWriter
+from transformers import AutoTokenizer
+
+from shared_modeling.geometry import pentachoron_cv
+from shared_modeling.losses import info_nce_with_hard_negatives, pentachoron_cv_loss, procrustes_residual
+from shared_modeling.segments import segment_spans
+from tools import encoders, runs
+from tools.geolip.data import (PRESETS, Config, base_folder, build_model, split_texts, spliced_tails,
+                               teacher_embeddings, teacher_encode)
+from tools.geolip.metrics import (m_acc, mean_cosine, procrustes_maps, row_embeddings, spliced_top1, teacher_space,
+                                  whole_window)
+from tools.plots import Panel, curve, plot_history
+from tools.training import batch_at, resolve_precision, run_stage
+
+
+def parse_config(argv):
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--out", type=Path, required=True, help="run folder; rerun with it to resume")
+    parser.add_argument("--texts", type=Path, help="file of long texts, one per line (replaces ImageInWords)")
+    config = runs.parse_with_presets(parser, Config, PRESETS, argv, skip=("out", "texts"),
+                                     positive=("steps", "batch_size", "validation_texts", "cv_samples",
+                                               "cv_target_texts", "init_texts", "splice_k", "splice_groups",
+                                               "validate_every", "checkpoint_every", "log_every"))
+    if config.batch_size < 2:
+        raise SystemExit("--batch-size must be at least 2 (InfoNCE needs in-batch negatives)")
+    if config.splice_k < 2:
+        raise SystemExit("--splice-k must be at least 2 (a group of one retrieves itself)")
+    config.precision = resolve_precision(config.precision, "cpu")  # before the run record, which keeps what ran
+    config.teacher_precision = resolve_precision(config.teacher_precision, "cpu")
+    return config
+
+
+# ---- the CV target ---------------------------------------------------------------------------------------------------
+
+def cv_target(config, model, teacher, content_ids):
+    """The teacher's pentachoron CV of segment texts: the first cv_target_texts training texts with >= 5 segments,
+    each cut as the student cuts it, each segment's text embedded by the teacher, each text's CV averaged."""
+    generator = torch.Generator().manual_seed(config.seed)
+    values = []
+    for ids in content_ids:
+        spans = segment_spans(len(ids), config.segment_size, config.segment_stride, config.max_segments)
+        if len(spans) >= 5:
+            pieces = [model.tokenizer.decode(ids[start:end]) for start, end in spans]
+            values.append(pentachoron_cv(torch.from_numpy(teacher_encode(config, teacher, pieces)).double(),
+                                         config.cv_samples, generator).item())
+        if len(values) == config.cv_target_texts:
+            break
+    if not values:
+        raise SystemExit("no training text has 5 segments: the CV term has nothing to act on")
+    return float(np.mean(values)), len(values)
+
+
+# ---- the run -------------------------------------------------------------------------------------------------------
+
+def main(argv=None):
+    config = parse_config(argv)
+    config.out.mkdir(parents=True, exist_ok=True)
+    if (config.out / "config.json").exists():
+        if not runs.records_config(config.out, config):
+            raise SystemExit(f"{config.out} holds a run with another config; use a new --out or the same options")
+        if (config.out / "metrics.json").exists():
+            print(f"{config.out} is complete (metrics.json); nothing to do")
+            return 0
+    torch.manual_seed(config.seed)
+    training, validation = split_texts(config)
+    splice, skipped = spliced_tails(AutoTokenizer.from_pretrained(base_folder(config.base)), validation,
+                                    config.base_window, config.splice_k, config.splice_groups, config.seed)
+    _, teacher = encoders.load(config.teacher)
+
+    with runs.RunRecord(config.out, config, "geolip.train") as record:
+        started = time.perf_counter()
+        targets = torch.from_numpy(teacher_embeddings(config, teacher, training + validation + splice))
+        teacher_minutes = (time.perf_counter() - started) / 60  # ~0 when the cache held them
+        train_targets, validation_targets, splice_targets = targets.split([len(training), len(validation),
+                                                                           len(splice)])
+        model = build_model(config, targets.shape[1])
+        whole = whole_window(config, model.config.base)
+        train_ids = model.content_ids(training)
+        trainable = model.trainable_parameters()
+        print(f"geolip: frozen base {sum(p.numel() for p in model.base.parameters()):,} parameters, trainable "
+              f"{sum(p.numel() for p in trainable):,}; {len(training)} training texts, {len(validation)} held out; "
+              f"{len(splice) // config.splice_k} spliced-tails groups of {config.splice_k} ({skipped} skipped); "
+              + (f"whole-text row at {whole} tokens" if whole else
+                 f"no whole-text row: the base reads no more than its {config.base_window}-token window"))
+        target_cv, cv_texts = cv_target(config, model, teacher, train_ids)
+
+        # The projector (and each row's map) starts as the orthogonal Procrustes map onto the teacher.
+        sample = list(range(min(config.init_texts, len(training))))
+        rows = row_embeddings(model, [training[i] for i in sample], config.batch_size, whole)
+        maps = procrustes_maps(rows, train_targets[sample])
+        student = rows["memory"]
+        before = mean_cosine(model.projector(student).detach(), train_targets[sample])
+        with torch.no_grad():
+            model.projector.weight.copy_(maps["memory"].T)
+        init = {"texts": len(sample), "cosine_before": before,
+                "cosine_after": mean_cosine(model.projector(student).detach(), train_targets[sample])}
+        print(f"projector init by Procrustes on {len(sample)} texts: cosine {init['cosine_before']:.3f} -> "
+              f"{init['cosine_after']:.3f}; teacher CV target {target_cv:.4f} ({cv_texts} texts)")
+
+        def loss_at(step):
+            rows = batch_at(step, len(training), config.batch_size, config.seed)
+            with sdpa_kernel(SDPBackend.MATH):  # on a CPU, bf16 flash attention's backward is ~10x slower here
+                output = model.embed([train_ids[i] for i in rows])
+            with torch.autocast(output.pooler_output.device.type, enabled=False):  # the losses in float32
+                student, teacher_rows = output.last_hidden_state[:, 0].float(), train_targets[rows]
+                counts = [len(segment_spans(len(train_ids[i]), config.segment_size, config.segment_stride,
+                                            config.max_segments)) for i in rows]
+                anchor_sets = [chunk for chunk in output.segment_anchors.float().split(counts) if len(chunk) >= 5]
+                generator = torch.Generator().manual_seed(config.seed * 1_000_000 + step)  # resumes exactly
+                terms = {"info_nce": info_nce_with_hard_negatives(model.projector(student), teacher_rows, None,
+                                                                  config.temperature),
+                         "procrustes": procrustes_residual(student, teacher_rows),
+                         "cv": (pentachoron_cv_loss(anchor_sets, target_cv, config.cv_samples, generator)
+                                if anchor_sets else student.new_zeros(()))}
+                terms["loss"] = (terms["info_nce"] + config.procrustes_weight * terms["procrustes"]
+                                 + config.cv_weight * terms["cv"])
+            return terms
+
+        def validate():
+            rows = row_embeddings(model, validation, config.batch_size)["memory"]
+            return {"m_acc": m_acc(model.projector(rows), validation_targets)}
+
+        writer = SummaryWriter(str(config.out / "tensorboard"))
+        history = run_stage("memory", model, config.steps, config.learning_rate, loss_at, config, writer, validate)
+        writer.close()
+
+        gallery = teacher_space(model, maps, row_embeddings(model, validation, config.batch_size, whole),
+                                validation_targets)
+        spliced = (teacher_space(model, maps, row_embeddings(model, splice, config.batch_size, whole), splice_targets)
+                   if splice else {})
+        final = {"gallery": len(validation), "base_window": config.base_window, "whole_window": whole,
+                 "splice": {"k": config.splice_k, "groups": len(splice) // config.splice_k, "skipped": skipped},
+                 "rows": {name: {"m_acc": m_acc(queries, validation_targets),
+                                 "mean_cosine": mean_cosine(queries, validation_targets),
+                                 "spliced_top1": (spliced_top1(spliced[name], splice_targets, config.splice_k)
+                                                  if splice else None)}
+                          for name, queries in gallery.items()}}
+        folder = config.out / "final"
+        if folder.exists():
+            shutil.rmtree(folder)
+        model.save_pretrained(folder)
+        model.tokenizer.save_pretrained(folder)
+        plot_history([Panel("loss", {"loss": curve(history["train"], "loss")},
+                            validation={"m_acc": curve(history["validation"], "m_acc")},
+                            validation_label="validation m_acc", validation_limits=(0, 1))],
+                     config.out / "training_curve.png")
+        metrics = {"training_texts": len(training), "validation_texts": len(validation),
+                   "trainable_parameters": sum(p.numel() for p in trainable),
+                   "base_parameters": sum(p.numel() for p in model.base.parameters()),
+                   "projector_init": init, "cv_target": {"value": target_cv, "texts": cv_texts},
+                   "final": final, "teacher_minutes": round(teacher_minutes, 1),
+                   "training_minutes": round(history["training_seconds"] / 60, 1),
+                   "history": history}
+        runs.write_json(config.out / "metrics.json", metrics)
+        record.info["final"] = final
+    print(f"on {final['gallery']} held-out texts (m_acc, mean cosine to the teacher) and "
+          f"{final['splice']['groups']} spliced-tails groups of {config.splice_k} (top-1):")
+    for name, row in final["rows"].items():
+        spliced_row = "n/a" if row["spliced_top1"] is None else f"{row['spliced_top1']:.4f}"
+        print(f"  {name:14} {row['m_acc']:.4f}  {row['mean_cosine']:.4f}  {spliced_row}")
+    print(f"wrote {folder}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
