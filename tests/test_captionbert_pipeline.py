@@ -13,10 +13,11 @@ import torch
 from safetensors.numpy import load_file
 
 from helpers import (ENV, ROOT, TINY_CAPTIONBERT, assert_card_from_records, captionbert_copy, finish, kill_when,
-                      plant_code, run_tool)
+                     run_tool)
 from tools import corpus, encoders, sts
 from tools.captionbert import align
 from tools.captionbert import evaluate
+from tools.captionbert import data as captionbert_data
 from tools.captionbert.data import write_shard
 from tools.captionbert.extract import Config, load_corpus
 
@@ -41,7 +42,7 @@ def extraction(tmp_path_factory, tiny_teachers, caption_sample):
 def alignment(tmp_path_factory, extraction):
     out = tmp_path_factory.mktemp("align") / "run"
     assert align.main(["--extract", str(extraction), "--out", str(out), "--fit-rows", "120",
-                                "--holdout-rows", "60"]) == 0
+                       "--holdout-rows", "60"]) == 0
     return out
 
 
@@ -125,7 +126,7 @@ def test_alignment_report_is_out_of_sample_and_drops_incomplete_chunks(tmp_path)
     out = tmp_path / "align"
     # Few fit rows for 12 x 24 parameters: the in-sample cosine flatters, the held-out one must not.
     assert align.main(["--extract", str(tmp_path), "--out", str(out), "--fit-rows", "40",
-                                "--holdout-rows", "300", "--seed", "5"]) == 0
+                       "--holdout-rows", "300", "--seed", "5"]) == 0
     report = json.loads((out / "report.json").read_text())
     assert report["chunks_dropped"] == [3] and report["consensus_rows"] == 500
 
@@ -184,11 +185,11 @@ def test_two_process_extraction_equals_one(tmp_path, extraction, tiny_teachers, 
 def test_extraction_refuses_to_resume_another_corpus(tmp_path, extraction, tiny_teachers, caption_sample):
     other = tmp_path / "other.jsonl"
     corpus.write_texts(other, corpus.read_texts(caption_sample)[:50])
-    from tools import extract_teachers
+    from tools.captionbert import extract
 
     with pytest.raises(SystemExit, match="other settings"):
-        extract_teachers.main(["--out", str(extraction), "--teacher", str(tiny_teachers[0]), "--corpus", str(other),
-                               "--shard-rows", "48"])
+        extract.main(["--out", str(extraction), "--teacher", str(tiny_teachers[0]), "--corpus", str(other),
+                      "--shard-rows", "48"])
 
 
 # ---- distillation ---------------------------------------------------------------------------------------------------
@@ -201,7 +202,7 @@ def test_distillation_resumes_exactly_after_kill(tmp_path, alignment, tiny_stude
     common = ["--align", alignment, "--model", tiny_student, *DISTILL]
     finish(run_tool("captionbert.train", "--out", tmp_path / "straight", *common))
     process = run_tool("captionbert.train", "--out", tmp_path / "killed", *common)
-    kill_when(process, tmp_path / "killed" / "checkpoint.pt")
+    kill_when(process, tmp_path / "killed" / "checkpoint-distill.pt")
     output = finish(run_tool("captionbert.train", "--out", tmp_path / "killed", *common))
     assert "resuming" in output
     straight = load_file(str(tmp_path / "straight" / "final" / "model.safetensors"))
@@ -213,27 +214,12 @@ def test_distillation_resumes_exactly_after_kill(tmp_path, alignment, tiny_stude
     assert [p["step"] for p in history["train"]] == [4, 8, 12, 16, 20, 24]
 
 
-def test_a_distillation_checkpoint_that_would_run_code_is_refused(tmp_path):
-    from tools import distill_captionbert
-
-    model = torch.nn.Linear(4, 4)
-    optimizer = torch.optim.Adam(model.parameters())
-    schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: 1.0)
-    checkpoint = tmp_path / "checkpoint.pt"
-    distill_captionbert.save_checkpoint(checkpoint, model, optimizer, schedule, 3, {"train": []})
-    assert distill_captionbert.restore_checkpoint(checkpoint, model, optimizer, schedule) == (3, {"train": []})
-    plant_code(checkpoint, tmp_path / "ran")
-    with pytest.raises(SystemExit, match=f"{checkpoint}: not a checkpoint save_checkpoint wrote"):
-        distill_captionbert.restore_checkpoint(checkpoint, model, optimizer, schedule)
-    assert not (tmp_path / "ran").exists()
-
-
 def test_distillation_learns_the_consensus_and_records_itself(tmp_path, alignment, tiny_student):
-    from tools import distill_captionbert
+    from tools.captionbert import train as captionbert_train
 
     out = tmp_path / "run"
-    assert distill_captionbert.main(["--align", str(alignment), "--out", str(out), "--model", str(tiny_student),
-                                     *map(str, DISTILL)]) == 0
+    assert captionbert_train.main(["--align", str(alignment), "--out", str(out), "--model", str(tiny_student),
+                                   *map(str, DISTILL)]) == 0
     metrics = json.loads((out / "metrics.json").read_text())
     validation = metrics["history"]["validation"]
     assert validation[-1]["cosine"] > validation[0]["cosine"]  # the student moves towards the consensus
@@ -244,8 +230,8 @@ def test_distillation_learns_the_consensus_and_records_itself(tmp_path, alignmen
     run = json.loads((out / "run.json").read_text())
     assert run["status"] == "ok" and run["git_commit"]
     with pytest.raises(SystemExit, match="another config"):  # resuming with other options is refused
-        distill_captionbert.main(["--align", str(alignment), "--out", str(out), "--model", str(tiny_student),
-                                  *map(str, DISTILL[:-2]), "--max-length", "32"])
+        captionbert_train.main(["--align", str(alignment), "--out", str(out), "--model", str(tiny_student),
+                                *map(str, DISTILL[:-2]), "--max-length", "32"])
 
 
 def selectable_teacher(folder):
@@ -271,14 +257,14 @@ def test_distillation_from_weight_selection_records_its_init_and_trained_length(
     weights are those weights) and says so in config.json, metrics.json and the student's config."""
     from safetensors.torch import load_file as load_torch
 
-    from tools import distill_captionbert
+    from tools.captionbert import train as captionbert_train
 
     teacher_folder, teacher = selectable_teacher(tmp_path / "teacher")
     out = tmp_path / "run"
     options = ["--align", str(alignment), "--model", str(tiny_student), *map(str, DISTILL[:-2]), "--max-length", "32",
                "--init", "select", "--init-teacher", str(teacher_folder), "--init-texts", "40",
                "--learning-rate", "1e-12", "--precision", "fp32"]
-    assert distill_captionbert.main(["--out", str(out), *options]) == 0
+    assert captionbert_train.main(["--out", str(out), *options]) == 0
     init = json.loads((out / "metrics.json").read_text())["init"]
     assert init["kind"] == "select" and init["selection"] == "importance" and init["importance_texts"] == 40
     assert init["tokens_mapped"] == 30522 and init["positions_from_teacher"] == 80 and len(init["dims"]) == 32
@@ -291,27 +277,27 @@ def test_distillation_from_weight_selection_records_its_init_and_trained_length(
     expected = embeddings.position_embeddings.weight[:, dims] + embeddings.token_type_embeddings.weight[0, dims]
     torch.testing.assert_close(weights["embeddings.position_embeddings.weight"][:80], expected, atol=1e-6, rtol=0)
     scratch = tmp_path / "scratch"
-    assert distill_captionbert.main(["--out", str(scratch), "--align", str(alignment), "--model", str(tiny_student),
-                                     *map(str, DISTILL[:-2]), "--max-length", "32"]) == 0
+    assert captionbert_train.main(["--out", str(scratch), "--align", str(alignment), "--model", str(tiny_student),
+                                   *map(str, DISTILL[:-2]), "--max-length", "32"]) == 0
     metrics = json.loads((scratch / "metrics.json").read_text())
     assert metrics["init"] == {"kind": "scratch"} and metrics["trained_length"] <= 32
     assert json.loads((scratch / "final" / "config.json").read_text())["trained_length"] == metrics["trained_length"]
 
 
 def test_token_budget_batches_cap_rows_times_longest_and_epochs_chain():
-    from tools import distill_captionbert
+    from tools.captionbert import train as captionbert_train
 
     lengths = np.random.default_rng(0).integers(5, 200, size=700)
-    batches = distill_captionbert.bucketed_batches(lengths, 32, seed=1, epoch=0, max_batch_tokens=1000)
+    batches = captionbert_data.bucketed_batches(lengths, 32, seed=1, epoch=0, max_batch_tokens=1000)
     assert all(2 <= len(b) <= 32 and len(b) * lengths[b].max() <= 1000 for b in batches)
     assert len({int(i) for b in batches for i in b}) == sum(map(len, batches))  # no row twice in an epoch
     assert any(len(b) < 32 for b in batches) and any(len(b) == 32 for b in batches)
-    again = distill_captionbert.bucketed_batches(lengths, 32, seed=1, epoch=0, max_batch_tokens=1000)
+    again = captionbert_data.bucketed_batches(lengths, 32, seed=1, epoch=0, max_batch_tokens=1000)
     assert all(np.array_equal(a, b) for a, b in zip(batches, again))
-    config = distill_captionbert.Config(align=None, out=None, batch_size=32, seed=1, max_batch_tokens=1000)
-    epochs = distill_captionbert.EpochBatches(lengths, config)
-    sizes = [len(distill_captionbert.bucketed_batches(lengths, 32, 1, e, 1000)) for e in range(3)]
-    assert np.array_equal(epochs.at(sizes[0] + 2), distill_captionbert.bucketed_batches(lengths, 32, 1, 1, 1000)[2])
+    config = captionbert_train.Config(align=None, out=None, batch_size=32, seed=1, max_batch_tokens=1000)
+    epochs = captionbert_data.EpochBatches(lengths, config)
+    sizes = [len(captionbert_data.bucketed_batches(lengths, 32, 1, e, 1000)) for e in range(3)]
+    assert np.array_equal(epochs.at(sizes[0] + 2), captionbert_data.bucketed_batches(lengths, 32, 1, 1, 1000)[2])
     assert np.array_equal(epochs.at(3), batches[3])  # going back restarts from epoch 0
     assert epochs.epochs(sizes[0] + sizes[1]) == 2.0
 
@@ -321,26 +307,28 @@ def test_token_budget_batches_cap_rows_times_longest_and_epochs_chain():
 def test_pipeline_end_to_end_exports_a_loadable_folder_with_a_generated_card(tmp_path, alignment, extraction,
                                                                              tiny_teachers, tiny_student, data_dir,
                                                                              monkeypatch):
-    from tools import distill_captionbert, evaluate_long_inputs, export_captionbert
+    from tools.captionbert import train as captionbert_train
+    from tools.captionbert import long_inputs
+    from tools.captionbert import export as captionbert_export
 
     monkeypatch.setattr(encoders.teachers, "CACHE", tmp_path / "cache")  # the model2vec table of the tiny teacher
 
     distill = tmp_path / "distill"
     teacher_folder, _ = selectable_teacher(tmp_path / "select-from")
-    assert distill_captionbert.main(["--align", str(alignment), "--out", str(distill), "--model", str(tiny_student),
-                                     *map(str, DISTILL), "--init", "select", "--init-teacher", str(teacher_folder),
-                                     "--init-texts", "64"]) == 0
+    assert captionbert_train.main(["--align", str(alignment), "--out", str(distill), "--model", str(tiny_student),
+                                   *map(str, DISTILL), "--init", "select", "--init-teacher", str(teacher_folder),
+                                   "--init-texts", "64"]) == 0
     eval_dir = tmp_path / "eval"
     assert evaluate.main(["--out", str(eval_dir), "--gauge-captions", "100",
                           "--encoder", f"captionbert-8192-v2={distill / 'final'}",
-                          "--encoder", f"{export_captionbert.FROM_SCRATCH}={distill / 'final'}",
-                          "--encoder", f"{export_captionbert.STATIC}=model2vec:{tiny_teachers[0]}",
+                          "--encoder", f"{captionbert_export.FROM_SCRATCH}={distill / 'final'}",
+                          "--encoder", f"{captionbert_export.STATIC}=model2vec:{tiny_teachers[0]}",
                           "--encoder", str(tiny_teachers[0]), "--encoder", str(tiny_teachers[1])]) == 0
     long_dir = tmp_path / "long"
-    assert evaluate_long_inputs.main(["--model", str(distill / "final"), "--teacher", str(tiny_teachers[0]),
-                                      "--data-dir", str(data_dir), "--out", str(long_dir)]) == 0
+    assert long_inputs.main(["--model", str(distill / "final"), "--teacher", str(tiny_teachers[0]),
+                             "--data-dir", str(data_dir), "--out", str(long_dir)]) == 0
     target = captionbert_copy(tmp_path / "hub-folder", **{**TINY_CAPTIONBERT, "output_dim": 48})
-    assert export_captionbert.main(["--extract", str(extraction), "--align", str(alignment), "--distill",
+    assert captionbert_export.main(["--extract", str(extraction), "--align", str(alignment), "--distill",
                                     str(distill), "--eval", str(eval_dir), "--long", str(long_dir), "--out",
                                     str(tmp_path / "export"), "--to", str(target)]) == 0
     assert_card_from_records(tmp_path / "export", target)
@@ -367,21 +355,21 @@ def test_pipeline_end_to_end_exports_a_loadable_folder_with_a_generated_card(tmp
     # The card must refuse numbers that belong to other weights.
     (distill / "final" / "model.safetensors").write_bytes(b"0" * 10)
     with pytest.raises(SystemExit, match="scored other weights"):
-        export_captionbert.main(["--extract", str(extraction), "--align", str(alignment), "--distill", str(distill),
+        captionbert_export.main(["--extract", str(extraction), "--align", str(alignment), "--distill", str(distill),
                                  "--eval", str(eval_dir), "--out", str(tmp_path / "export-2"), "--to", str(target)])
 
 
 def test_silver_pairs_are_scored_by_the_teachers_cosine(tmp_path, extraction):
-    from tools import silver_pairs
+    from tools.captionbert.amoe import silver
 
     out = tmp_path / "silver"
-    assert silver_pairs.main(["--extract", str(extraction), "--out", str(out), "--anchors", "40",
-                              "--neighbours", "3"]) == 0
+    assert silver.main(["--extract", str(extraction), "--out", str(out), "--anchors", "40",
+                        "--neighbours", "3"]) == 0
     rows = [line.split("\t") for line in (out / "silver.tsv").read_text().splitlines()]
     assert len(rows) == 80 and all(a != b for a, b, _ in rows)
     manifest = json.loads((extraction / "manifest.json").read_text())
     teacher = next(t for t in manifest["teachers"] if t["name"] == manifest["reference"])
-    embeddings = silver_pairs.load_embeddings(extraction, teacher)
+    embeddings = silver.load_embeddings(extraction, teacher)
     row_of = {text: i for i, text in enumerate(corpus.read_texts(extraction / "texts.jsonl"))}
     first, second, score = rows[0]
     assert float(score) == pytest.approx(float(embeddings[row_of[first]] @ embeddings[row_of[second]]), abs=1e-4)
@@ -402,15 +390,15 @@ def test_a_sample_of_the_corpus_keeps_corpus_order_and_is_seeded(tmp_path):
 
 def test_long_input_evaluation_scores_windows_against_the_whole_text(tmp_path, tiny_captionbert, data_dir):
     from helpers import tiny_teacher
-    from tools import evaluate_long_inputs
+    from tools.captionbert import long_inputs
 
-    assert evaluate_long_inputs.window_ids([[101, 5, 6, 7, 8, 102], [101, 5, 102]], 4, 102) == [[101, 5, 6, 102],
-                                                                                           [101, 5, 102]]
+    assert long_inputs.window_ids([[101, 5, 6, 7, 8, 102], [101, 5, 102]], 4, 102) == [[101, 5, 6, 102],
+                                                                                       [101, 5, 102]]
     folder, _ = tiny_captionbert
     teacher = tiny_teacher(tmp_path / "teacher", 24, seed=4)  # the tiny student's output width
     out = tmp_path / "long"
-    assert evaluate_long_inputs.main(["--model", str(folder), "--teacher", str(teacher), "--windows", "16", "64",
-                                      "--data-dir", str(data_dir), "--out", str(out)]) == 0
+    assert long_inputs.main(["--model", str(folder), "--teacher", str(teacher), "--windows", "16", "64",
+                             "--data-dir", str(data_dir), "--out", str(out)]) == 0
     metrics = json.loads((out / "metrics.json").read_text())
     assert metrics["texts"] == len(corpus.split_imageinwords(data_dir)[1]) >= 500
     assert list(metrics["rows"]) == ["16", "64", "whole"] and metrics["rows"]["whole"]["tokens"] == 8192

@@ -206,7 +206,7 @@ def test_main_end_to_end(tiny_roberta, tmp_path, capsys):
     folder, _ = tiny_roberta
     out = tmp_path / "sub" / "tiny.gguf"
     assert glyph_gguf.main(["--model", str(folder), "--out", str(out), "--dtype", "f16",
-                             "--check", *HELD_OUT[:3]]) == 0
+                            "--check", *HELD_OUT[:3]]) == 0
     printed = capsys.readouterr().out
     assert out.is_file() and not list(out.parent.glob("*.partial")) and "f16" in printed
     assert printed.count("tokens identical") == 3

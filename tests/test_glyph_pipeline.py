@@ -188,12 +188,12 @@ def test_corpus_is_not_rebuilt_and_other_options_are_refused(corpus, capsys):
 
 
 def test_export_fills_a_folder_that_loads_without_custom_code_and_in_llama_cpp(tmp_path, corpus, trained):
-    from tools import export_glyph
+    from tools.glyph import export as glyph_export
 
     evaluation, hub = tmp_path / "eval", tmp_path / "glyph-embedder-v2"
     assert glyph_evaluate.main(["--corpus", str(corpus), "--out", str(evaluation), "--retrieval-queries", "50",
                                 "--encoder", f"glyph-embedder-v2={trained / 'final'}"]) == 0
-    assert export_glyph.main(["--corpus", str(corpus), "--train", str(trained), "--eval", str(evaluation),
+    assert glyph_export.main(["--corpus", str(corpus), "--train", str(trained), "--eval", str(evaluation),
                               "--out", str(tmp_path / "export"), "--to", str(hub), "--parity-strings", "40"]) == 0
     record = json.loads((tmp_path / "export" / "metrics.json").read_text())
     for dtype in ("f32", "f16"):
@@ -212,11 +212,11 @@ def test_export_fills_a_folder_that_loads_without_custom_code_and_in_llama_cpp(t
 
 
 def test_export_refuses_an_evaluation_of_other_weights(tmp_path, corpus, trained):
-    from tools import export_glyph
+    from tools.glyph import export as glyph_export
 
     evaluation = tmp_path / "eval"
     assert glyph_evaluate.main(["--corpus", str(corpus), "--out", str(evaluation), "--retrieval-queries", "50",
                                 "--encoder", "glyph-embedder-v2=teacher:all-MiniLM-L6-v2"]) == 0
     with pytest.raises(SystemExit, match="scored other weights"):
-        export_glyph.main(["--corpus", str(corpus), "--train", str(trained), "--eval", str(evaluation),
+        glyph_export.main(["--corpus", str(corpus), "--train", str(trained), "--eval", str(evaluation),
                            "--out", str(tmp_path / "export"), "--to", str(tmp_path / "hub")])

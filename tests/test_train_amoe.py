@@ -164,15 +164,15 @@ def test_train_amoe_solo_dispatch_select_end_to_end(tiny_trunk, tmp_path, data_d
 
     # What tools/captionbert/export.py ships and writes: the folder loads the collective in a fresh process, every
     # arm off is the bare trunk there, and the card's AMOE section is generated from these records.
-    from tools import export_captionbert
+    from tools.captionbert import export as captionbert_export
 
     folder = tmp_path / "hub"
     shutil.copytree(tiny_trunk, folder)
     shutil.copytree(selected / "amoe", folder / "amoe")
-    loaded = export_captionbert.fresh_process_embeddings(folder, amoe=True)
+    loaded = captionbert_export.fresh_process_embeddings(folder, amoe=True)
     assert loaded["amoe_off"] == loaded["embeddings"] and loaded["amoe"] != loaded["embeddings"]
     assert loaded["roster"] == record["shipped"]["roster"]
-    card = export_captionbert.amoe_section(record, arms)
+    card = captionbert_export.amoe_section(record, arms)
     collective = record["rows"]["collective"]
     gain = collective["mean"] - record["rows"]["trunk"]["mean"]
     assert f"{collective['mean']:.4f}" in card and f"{gain:+.4f}" in card
@@ -192,7 +192,7 @@ def test_train_amoe_solo_dispatch_select_end_to_end(tiny_trunk, tmp_path, data_d
     assert record["shipped"] is None and not (rejected / "amoe").exists()
     assert [step["verdict"] for step in record["steps"]] == ["rejected"]
     assert set(record["rows"]) == {"trunk", "solo equiv", "solo sts"}
-    card = export_captionbert.amoe_section(record, None)
+    card = captionbert_export.amoe_section(record, None)
     assert "**No collective ships with this build.**" in card and f"{record['bar']:.4f}" in card
     assert f"{record['steps'][0]['margin_over_control']:+.4f}" in card
     assert f"{record['rows']['solo sts']['mean']:.4f}" in card

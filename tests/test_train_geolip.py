@@ -58,7 +58,8 @@ def test_tiny_run_trains_evaluates_and_exports_a_loadable_folder(tmp_path, data_
     # the evaluation scores final/ against every baseline on the same held-out gallery and spliced groups
     assert geolip_evaluate.main(["--train", str(out), "--out", str(tmp_path / "eval")]) == 0
     evaluation = json.loads((tmp_path / "eval" / "metrics.json").read_text())
-    assert evaluation["gallery"] == metrics["validation_texts"] and list(evaluation["rows"]) == list(geolip_metrics.ROWS)
+    assert evaluation["gallery"] == metrics["validation_texts"]
+    assert list(evaluation["rows"]) == list(geolip_metrics.ROWS)
     assert evaluation["splice"] == final["splice"] and evaluation["whole_window"] == 512
     for name, row in evaluation["rows"].items():
         for key in ("m_acc", "mean_cosine", "spliced_top1"):
@@ -117,7 +118,7 @@ def test_the_model_is_built_in_eval_mode(tmp_path):
     """The projector's Procrustes initialisation and the baselines' maps embed before the loop sets modes: the
     base's dropout must already be off then."""
     config = geolip_data.Config(out=tmp_path, base=str(tiny_teacher(tmp_path / "base", 32, seed=3)),
-                                 fusion_layers=2, memory_slots=4, memory_heads=2)
+                                fusion_layers=2, memory_slots=4, memory_heads=2)
     model = geolip_data.build_model(config, teacher_dim=48)
     assert not any(module.training for module in model.modules())
 

@@ -33,9 +33,9 @@ class Interrupted(Exception):
     pass
 
 
-def train(out, steps=6, stop_at=None):
+def train(out, steps=6, stop_at=None, **options):
     """A two-layer model whose first layer is frozen, trained on a fixed regression; stop_at raises at that step
-    (after the checkpoint of the step before it), like a killed run."""
+    (after the checkpoint of the step before it), like a killed run. options: run_stage's."""
     torch.manual_seed(0)
     model = nn.Sequential(nn.Linear(4, 8), nn.Tanh(), nn.Linear(8, 1))
     model[0].requires_grad_(False)
@@ -53,7 +53,7 @@ def train(out, steps=6, stop_at=None):
         return {"mse": (model(inputs) - targets).pow(2).mean().item()}
 
     writer = SummaryWriter(str(out / "tensorboard"))
-    history = run_stage("toy", model, steps, 0.05, loss_at, LoopConfig(out), writer, validate)
+    history = run_stage("toy", model, steps, 0.05, loss_at, LoopConfig(out), writer, validate, **options)
     writer.close()
     assert torch.equal(model[0].weight, frozen)
     return model, history
@@ -70,6 +70,27 @@ def test_an_interrupted_run_resumes_to_the_same_weights_and_history(tmp_path):
     assert [p["step"] for p in resumed_history["validation"]] == [3, 6]
     saved = torch.load(tmp_path / "killed" / "checkpoint-toy.pt", weights_only=True)
     assert set(saved["model"]) == {"2.weight", "2.bias"}  # the frozen layer is not checkpointed
+
+
+def test_a_cosine_schedule_its_warm_up_in_steps_and_the_history_s_entries_survive_a_resume(tmp_path):
+    options = {"warmup_steps": 2, "decay": "cosine", "history": {"init": {"kind": "toy"}}}
+    with pytest.raises(Interrupted):
+        train(tmp_path, stop_at=5, **options)
+    _, history = train(tmp_path, **options)
+    assert history["init"] == {"kind": "toy"}
+    rates = [point["lr"] for point in history["train"]]
+    assert rates[:2] == [0.025, 0.05]  # warm-up over two steps, then cosine decay to 0 at step 6
+    assert rates[2:] == pytest.approx([0.05 * (1 + np.cos(np.pi * k / 4)) / 2 for k in (1, 2, 3, 4)])
+
+
+def test_a_loss_that_reports_its_tokens_gets_tokens_per_second(tmp_path):
+    model = nn.Linear(2, 1)
+    writer = SummaryWriter(str(tmp_path / "tensorboard"))
+    history = run_stage("tokens", model, 4, 0.01, lambda step: {"loss": model(torch.ones(3, 2)).sum(), "tokens": 30},
+                        LoopConfig(tmp_path, log_every=2), writer)
+    writer.close()
+    assert [point["step"] for point in history["train"]] == [2, 4]
+    assert all(point["tokens_per_second"] > 0 and "tokens" not in point for point in history["train"])
 
 
 def test_a_checkpoint_that_would_run_code_is_refused(tmp_path):

@@ -19,8 +19,9 @@ captions, tokenized by captionbert's tokenizer. One run measures:
      ImageInWords descriptions included), fp32: tools/encoders.py's length-bucketed path (what
      tools/captionbert/extract.py runs) vs naive padded batches in corpus order, both on the BertModel above saved as
      a plain HF teacher folder. Target >= 1.5x.
-  5. Student training steps (tools/captionbert/train.train_step: bf16 autocast forward where the CPU computes bf16,
-     else float32; InfoNCE + MSE, backward, fused Adam) on bucketed batches of that sample: captionbert vs BertModel
+  5. Student training steps (the distillation's loss, tools/captionbert/train.distillation_terms, and the shared
+     loop's optimiser step: bf16 autocast forward where the CPU computes bf16, else float32; InfoNCE + MSE,
+     backward, fused Adam) on bucketed batches of that sample: captionbert vs BertModel
      of the same shape with the same pooling and head. Target >= 1.0x. (5b) the same captionbert step with torch's
      default CPU Adam (tensor by tensor, what the trainers ran before tools/training.adam). Reported.
   6. AMOE arms: captionbert.encode with a collective attached through attach_amoe (random arms with non-zero
@@ -394,8 +395,10 @@ def main(argv=None):
         def steps(name):
             def run():
                 for input_ids, attention_mask in train_batches:
-                    captionbert_train.train_step(students[name], optimizers[name], input_ids, attention_mask,
-                                                   targets, train_config)
+                    with torch.autocast("cpu", dtype=torch.bfloat16, enabled=precision == "bf16"):
+                        terms = captionbert_train.distillation_terms(students[name], input_ids, attention_mask,
+                                                                     targets, train_config)
+                    training.optimiser_step(optimizers[name], terms["loss"])
             return run
 
         train = race({name: steps(name) for name in students}, config.repeats, "training steps")
@@ -479,7 +482,7 @@ def main(argv=None):
 
         # ---- 8: geolip: all segments through the base in one call vs a call per segment; latency vs length --------
         geolip = geolip_data.build_model(geolip_data.Config(out=Path("-"), **geolip_data.PRESETS["cpu"]),
-                                           teacher_dim=768)
+                                         teacher_dim=768)
         cut = (geolip.config.segment_size, geolip.config.segment_stride, geolip.config.max_segments)
         long_texts = random.Random(config.seed).sample(corpus.build(config.data_dir, ["imageinwords"])[0],
                                                        config.geolip_texts)

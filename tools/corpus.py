@@ -100,14 +100,14 @@ def normalised(text):
 def held_out_texts(data_dir):
     """Normalised forms of every sentence in the eight STS test sets, every Flickr8k test caption and every held-out
     ImageInWords description."""
-    sts = {normalised(s) for task in sts.TASKS for a, b, _ in sts.load_task(data_dir, task) for s in (a, b)}
+    sentences = {normalised(s) for task in sts.TASKS for a, b, _ in sts.load_task(data_dir, task) for s in (a, b)}
     flickr = Path(data_dir) / "captions" / "flickr8k"
     test_images = set((flickr / "Flickr_8k.testImages.txt").read_text().split())
     captions = {normalised(line.split("\t", 1)[1])
                 for line in (flickr / "Flickr8k.token.txt").read_text(encoding="utf-8").splitlines()
                 if line.split("#")[0] in test_images}
     long_texts = {normalised(text) for text in split_imageinwords(data_dir)[1]}
-    return sts | captions | long_texts
+    return sentences | captions | long_texts
 
 
 def build(data_dir, sources=SOURCES):

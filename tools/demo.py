@@ -113,13 +113,13 @@ def demo_steps(data_dir, budget=BUDGETS["quick"]):
                   record="runs/process-0/run.json"),
              Step("captionbert.align", ["--extract", f"{root}/extract", "--out", f"{root}/align", *budget.align]),
              Step("captionbert.train", ["--preset", "cpu", "--align", f"{root}/align", "--out", f"{root}/distill",
-                                          *budget.distill]),
+                                        *budget.distill]),
              Step("captionbert.train", ["--preset", "cpu", "--align", f"{root}/align", "--out",
-                                          f"{root}/distill-scratch", "--init", "scratch", *budget.scratch]),
+                                        f"{root}/distill-scratch", "--init", "scratch", *budget.scratch]),
              Step("captionbert.evaluate", [*data, "--out", f"{root}/eval", "--encoder",
-                               f"captionbert-8192-v2={root}/distill/final", "--encoder",
-                               f"captionbert-8192-v2 (from scratch)={root}/distill-scratch/final",
-                               "--encoder", "model2vec:all-mpnet-base-v2", *TEACHERS]),
+                                           f"captionbert-8192-v2={root}/distill/final", "--encoder",
+                                           f"captionbert-8192-v2 (from scratch)={root}/distill-scratch/final",
+                                           "--encoder", "model2vec:all-mpnet-base-v2", *TEACHERS]),
              Step("captionbert.long_inputs", [*data, "--model", f"{root}/distill/final", "--out", f"{root}/long"])]
     if silver in dict(arms):
         steps.append(Step("captionbert.amoe.silver", ["--extract", f"{root}/extract", "--out", f"{root}/amoe/silver"]))
@@ -312,9 +312,9 @@ def main(argv=None):
                  "cores")
     summary = "\n".join(lines)
     (runs.ROOT / budget.root / "summary.md").write_text(summary + "\n")
-    runs.write_json(runs.ROOT / budget.root / "steps.json", {step.name: {"tool": step.tool, "args": step.args,
-                                                                  "minutes": outcome[step.name][0],
-                                                                  "this_run": outcome[step.name][1]} for step in steps})
+    runs.write_json(runs.ROOT / budget.root / "steps.json", {
+        step.name: {"tool": step.tool, "args": step.args, "minutes": outcome[step.name][0],
+                    "this_run": outcome[step.name][1]} for step in steps})
     print("\n" + summary)
     return 0
 

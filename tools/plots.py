@@ -34,8 +34,8 @@ def plot_history(panels, path):
         axis.set_title(panel.title), axis.set_xlabel("step"), axis.set_ylabel(panel.ylabel), axis.grid(alpha=0.3)
         if panel.validation:
             twin = axis.twinx()
-            for index, (label, (steps, values)) in enumerate(panel.validation.items(), 1):
-                twin.plot(steps, values, "os^"[(index - 1) % 3] + "-", color=f"C{len(panel.curves) + index - 1}", label=label)
+            for index, (label, (steps, values)) in enumerate(panel.validation.items()):
+                twin.plot(steps, values, "os^"[index % 3] + "-", color=f"C{len(panel.curves) + index}", label=label)
             twin.set_ylabel(panel.validation_label)
             if panel.validation_limits:
                 twin.set_ylim(*panel.validation_limits)

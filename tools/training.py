@@ -1,12 +1,14 @@
-"""The training loop the training tools share (train_glyph's two stages, train_geolip): AdamW on the parameters
-that require grad, linear warm-up then linear decay, bf16 autocast around the loss, a history and TensorBoard
-points every log_every steps, validation every validate_every steps, and an atomic checkpoint every
-checkpoint_every steps that a rerun resumes from. Every trainer takes --precision auto | bf16 | fp32
-(resolve_precision: auto is bf16 only where the hardware computes it).
+"""The training loop every trainer shares (captionbert's distillation, glyph's two stages, geolip's memory): fused
+AdamW on the parameters that require grad, a warm-up then linear or cosine decay, bf16 autocast around the loss, a
+history and TensorBoard points every log_every steps (with tokens/s when the loss reports its tokens), validation
+every validate_every steps, and an atomic checkpoint every checkpoint_every steps that a rerun resumes from, to the
+same weights as an uninterrupted run. Every trainer takes --precision auto | bf16 | fp32 (resolve_precision: auto
+is bf16 only where the hardware computes it).
 
-A tool's config supplies: out (the run folder), weight_decay, warmup_fraction, precision ("bf16" or "fp32",
-resolved), log_every, validate_every and checkpoint_every. Batches come from `batch_at`: a fixed shuffle per (seed,
-epoch), so a resumed run draws the same batches as an uninterrupted one.
+A tool's config supplies: out (the run folder), weight_decay, precision ("bf16" or "fp32", resolved), log_every,
+validate_every, checkpoint_every, and warmup_fraction unless the tool gives its warm-up in steps. Batches come from
+`batch_at` (a fixed shuffle per (seed, epoch)) or any other function of the step alone, so a resumed run draws the
+same batches as an uninterrupted one.
 """
 
 import functools
@@ -18,7 +20,7 @@ import time
 import numpy as np
 import torch
 from tqdm.auto import tqdm
-from transformers import get_linear_schedule_with_warmup
+from transformers import get_cosine_schedule_with_warmup, get_linear_schedule_with_warmup
 
 
 @functools.lru_cache(maxsize=2)
@@ -71,7 +73,8 @@ def trained_state(model):
 def save_checkpoint(path, model, optimizer, schedule, step, history):
     state = {"model": trained_state(model), "optimizer": optimizer.state_dict(),
              "schedule": schedule.state_dict(), "step": step, "history": history,
-             "torch_rng": torch.get_rng_state(), "python_rng": random.getstate()}
+             "torch_rng": torch.get_rng_state(), "python_rng": random.getstate(),
+             "cuda_rng": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None}
     temporary = path.with_name(path.name + ".tmp")
     torch.save(state, temporary)
     os.replace(temporary, path)
@@ -100,36 +103,57 @@ def load_checkpoint(path, model, optimizer, schedule):
     schedule.load_state_dict(state["schedule"])
     torch.set_rng_state(state["torch_rng"])
     random.setstate(state["python_rng"])
+    if state.get("cuda_rng") is not None and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(state["cuda_rng"])
     return state["step"], state["history"]
 
 
-def run_stage(stage, model, steps, learning_rate, loss_at, config, writer, validate=None):
-    """Train `model` for `steps` with `loss_at(step) -> {"loss", ...}` (scalar tensors, logged); resume from
+def optimiser_step(optimizer, loss):
+    """One step of `optimizer` on the scalar `loss`: gradients cleared, back-propagated, applied."""
+    optimizer.zero_grad(set_to_none=True)
+    loss.backward()
+    optimizer.step()
+
+
+SCHEDULES = {"linear": get_linear_schedule_with_warmup, "cosine": get_cosine_schedule_with_warmup}
+
+
+def run_stage(stage, model, steps, learning_rate, loss_at, config, writer, validate=None, warmup_steps=None,
+              decay="linear", history=None):
+    """Train `model` for `steps` with `loss_at(step) -> {"loss", ...}` (scalar tensors, logged; an int "tokens", the
+    step's real tokens, is logged as tokens_per_second over each log window instead); resume from
     out/checkpoint-<stage>.pt when there is one. `validate() -> {name: number}` runs in eval mode without autograd.
-    Returns the stage's history: train and validation points, and training_seconds."""
+    The learning rate warms up over `warmup_steps` (default warmup_fraction of the steps), then decays to 0 by
+    `decay` (SCHEDULES). `history`: entries to keep beside the points (how the model started, say), saved in every
+    checkpoint. Returns the stage's history: those entries, train and validation points, and training_seconds."""
     optimizer = adam([p for p in model.parameters() if p.requires_grad], learning_rate, config.weight_decay)
-    schedule = get_linear_schedule_with_warmup(optimizer, round(config.warmup_fraction * steps), steps)
+    warmup_steps = round(config.warmup_fraction * steps) if warmup_steps is None else warmup_steps
+    schedule = SCHEDULES[decay](optimizer, warmup_steps, steps)
     checkpoint = config.out / f"checkpoint-{stage}.pt"
-    step, history = 0, {"train": [], "validation": [], "training_seconds": 0.0}
+    step, history = 0, {**(history or {}), "train": [], "validation": [], "training_seconds": 0.0}
     if checkpoint.exists():
         step, history = load_checkpoint(checkpoint, model, optimizer, schedule)
         print(f"resuming {stage} at step {step}")
     device_type = next(model.parameters()).device.type
     model.train()
     bar = tqdm(total=steps, initial=step, desc=stage, unit="step")
+    tokens, busy_seconds = 0, 0.0  # throughput counts training steps only, not validation or saving
     while step < steps:
         started = time.perf_counter()
         with torch.autocast(device_type, dtype=torch.bfloat16, enabled=config.precision == "bf16"):
             terms = loss_at(step)
-        optimizer.zero_grad(set_to_none=True)
-        terms["loss"].backward()
-        optimizer.step()
+        optimiser_step(optimizer, terms["loss"])
         schedule.step()
         step += 1
+        tokens += terms.pop("tokens", 0)
+        busy_seconds += time.perf_counter() - started
         history["training_seconds"] += time.perf_counter() - started
         bar.update()
         if step % config.log_every == 0 or step == steps:
             point = {"step": step, "lr": schedule.get_last_lr()[0], **{k: v.item() for k, v in terms.items()}}
+            if tokens:
+                point["tokens_per_second"] = round(tokens / busy_seconds, 1)
+            tokens, busy_seconds = 0, 0.0
             history["train"].append({**point, "seconds": round(history["training_seconds"], 1)})  # time so far
             for key, value in point.items():
                 if key != "step":

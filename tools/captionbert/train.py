@@ -23,13 +23,13 @@ shuffles": the rows of each epoch are shuffled, cut into groups of 64 batches, s
 cut into batches, and the batches shuffled, so a batch's texts have similar lengths (little padding) while every
 batch is still a random draw. The order depends only on (seed, epoch), which makes resumption exact.
 
-The out folder gets: checkpoint.pt (model, optimiser, schedule, RNG states, history; written atomically every
-checkpoint_every steps), tensorboard/ events, metrics.json (history and final numbers), loss_curve.png, and final/
-(the trained student as a captionbert folder: weights, config, code, tokenizer) for tools/captionbert/export.py.
+The out folder gets: checkpoint-distill.pt (model, optimiser, schedule, RNG states, history; written atomically
+every checkpoint_every steps by the shared loop, tools/training.py), tensorboard/ events, metrics.json (history and
+final numbers), loss_curve.png, and final/ (the trained student as a captionbert folder: weights, config, code,
+tokenizer) for tools/captionbert/export.py.
 """
 
 import argparse
-import os
 import random
 import shutil
 import sys
@@ -40,8 +40,7 @@ from pathlib import Path
 import numpy as np
 import torch
 from torch.utils.tensorboard import SummaryWriter
-from tqdm.auto import tqdm
-from transformers import AutoConfig, AutoModel, AutoTokenizer, get_cosine_schedule_with_warmup
+from transformers import AutoConfig, AutoModel, AutoTokenizer
 
 from shared_modeling.losses import consensus_distillation
 from tools import registry, runs, training
@@ -63,6 +62,7 @@ class Config:
     batch_size: int = 128  # texts per step (and in-batch negatives)
     learning_rate: float = 5e-4  # Adam peak learning rate
     warmup_steps: int = 100  # linear warm-up, then cosine decay to 0
+    weight_decay: float = 0.0  # AdamW's (0: pure Adam, the recipe)
     temperature: float = 0.07  # InfoNCE temperature
     mse_weight: float = 768.0  # weight of the per-sample MSE; = the width, so the term is |s - t|^2 = 2 (1 - cos)
     max_length: int = 256  # tokens per text in training (longer texts are truncated)
@@ -126,39 +126,15 @@ def parse_config(argv):
     return config
 
 
-def train_step(model, optimizer, input_ids, attention_mask, targets, config):
-    """One optimiser step on a batch; `model(...)` returns an object with the normalised `pooler_output` (B, E).
-    Returns the loss terms (shared_modeling.losses.consensus_distillation)."""
-    with torch.autocast(input_ids.device.type, dtype=torch.bfloat16, enabled=config.precision == "bf16"):
-        student = model(input_ids, attention_mask).pooler_output
-    terms = consensus_distillation(student.float(), targets, config.temperature, config.mse_weight)
-    optimizer.zero_grad(set_to_none=True)
-    terms["loss"].backward()
-    optimizer.step()
+def distillation_terms(model, input_ids, attention_mask, targets, config):
+    """The loss terms of one batch (shared_modeling.losses.consensus_distillation, computed in float32 under any
+    autocast): the student's normalised embeddings `model(...).pooler_output` (B, E) against the consensus rows
+    `targets` (B, E)."""
+    student = model(input_ids, attention_mask).pooler_output
+    with torch.autocast(input_ids.device.type, enabled=False):
+        terms = consensus_distillation(student.float(), targets, config.temperature, config.mse_weight)
+    terms["mse_weighted"] = terms["mse"].detach() * config.mse_weight
     return terms
-
-
-# ---- checkpoints ---------------------------------------------------------------------------------------------------
-
-def save_checkpoint(path, model, optimizer, schedule, step, history):
-    state = {"model": model.state_dict(), "optimizer": optimizer.state_dict(), "schedule": schedule.state_dict(),
-             "step": step, "history": history, "torch_rng": torch.get_rng_state(), "python_rng": random.getstate(),
-             "cuda_rng": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None}
-    temporary = path.with_name(path.name + ".tmp")
-    torch.save(state, temporary)
-    os.replace(temporary, path)
-
-
-def restore_checkpoint(path, model, optimizer, schedule):
-    state = training.read_checkpoint(path)
-    model.load_state_dict(state["model"])
-    optimizer.load_state_dict(state["optimizer"])
-    schedule.load_state_dict(state["schedule"])
-    torch.set_rng_state(state["torch_rng"])
-    random.setstate(state["python_rng"])
-    if state["cuda_rng"] is not None and torch.cuda.is_available():
-        torch.cuda.set_rng_state_all(state["cuda_rng"])
-    return state["step"], state["history"]
 
 
 # ---- the run -------------------------------------------------------------------------------------------------------
@@ -192,8 +168,11 @@ def main(argv=None):
         raise SystemExit(f"the student emits {model_config.output_dim}-d embeddings but the consensus is "
                          f"{targets.shape[1]}-d: give --model a captionbert folder with output_dim {targets.shape[1]}")
     model = AutoModel.from_config(model_config, trust_remote_code=True)
+    checkpoint = config.out / "checkpoint-distill.pt"
+    if checkpoint.exists() and not runs.records_config(config.out, config):
+        raise SystemExit(f"{config.out} holds a run with another config; use a new --out or the same options")
     init = {"kind": "scratch"}
-    if config.init != "scratch" and not (config.out / "checkpoint.pt").exists():  # a resumed run has its weights
+    if config.init != "scratch" and not checkpoint.exists():  # a resumed run has its weights
         started = time.perf_counter()
         if config.init == "select":
             sample = [texts[i] for i in training_rows[:config.init_texts]]
@@ -212,67 +191,34 @@ def main(argv=None):
                "static token embeddings")
         print(f"{how} from {config.init_teacher}: {init['tokens_mapped']:,} of {init['vocab_size']:,} tokens mapped, "
               f"{init.get('positions_from_teacher', 0)} positions, head {init['head']}, {init['seconds']} s")
-    model = model.to(device).train()
-    optimizer = training.adam(model.parameters(), config.learning_rate)
-    schedule = get_cosine_schedule_with_warmup(optimizer, config.warmup_steps, config.steps)
+    model = model.to(device)
     config.out.mkdir(parents=True, exist_ok=True)
-    checkpoint = config.out / "checkpoint.pt"
-    step, history = 0, {"train": [], "validation": [], "training_seconds": 0.0, "init": init}
-    if checkpoint.exists():
-        if not runs.records_config(config.out, config):
-            raise SystemExit(f"{config.out} holds a run with another config; use a new --out or the same options")
-        step, history = restore_checkpoint(checkpoint, model, optimizer, schedule)
-        print(f"resuming {config.out} at step {step}")
+
+    def loss_at(step):
+        rows = training_rows[epochs.at(step)]
+        input_ids, attention_mask = collate(token_ids, rows, tokenizer.pad_token_id)
+        terms = distillation_terms(model, input_ids.to(device), attention_mask.to(device),
+                                   targets[rows].float().to(device), config)
+        return {**terms, "tokens": int(attention_mask.sum())}
 
     def validate():
-        model.eval()
         cosines = []
-        with torch.no_grad(), torch.autocast(device.type, dtype=torch.bfloat16, enabled=config.precision == "bf16"):
+        with torch.autocast(device.type, dtype=torch.bfloat16, enabled=config.precision == "bf16"):
             for start in range(0, len(validation_rows), 256):
                 rows = validation_rows[start:start + 256]
                 input_ids, attention_mask = collate(token_ids, rows, tokenizer.pad_token_id)
                 embedding = model(input_ids.to(device), attention_mask.to(device)).pooler_output.float()
                 cosines.append((embedding * targets[rows].float().to(device)).sum(-1).cpu())
-        model.train()
-        return float(torch.cat(cosines).mean())
+        return {"cosine": float(torch.cat(cosines).mean())}
 
     parameters = sum(p.numel() for p in model.parameters())
     print(f"student {parameters:,} parameters; {len(training_rows)} training rows ({batches_per_epoch} batches an "
           f"epoch), {len(validation_rows)} held out; {config.steps} steps of {config.batch_size} on {device}")
     with runs.RunRecord(config.out, config, "captionbert.train") as record:
-        writer = SummaryWriter(str(config.out / "tensorboard"), purge_step=step + 1)
-        bar = tqdm(total=config.steps, initial=step, desc="distill", unit="step")
-        tokens_seen, busy_seconds = 0, 0.0  # throughput counts training steps only, not validation or saving
-        while step < config.steps:
-            started = time.perf_counter()
-            rows = training_rows[epochs.at(step)]
-            input_ids, attention_mask = collate(token_ids, rows, tokenizer.pad_token_id)
-            terms = train_step(model, optimizer, input_ids.to(device), attention_mask.to(device),
-                               targets[rows].float().to(device), config)
-            schedule.step()
-            step += 1
-            tokens_seen += int(attention_mask.sum())
-            busy_seconds += time.perf_counter() - started
-            history["training_seconds"] += time.perf_counter() - started
-            bar.update()
-
-            if step % config.log_every == 0 or step == config.steps:
-                point = {"step": step, "epoch": round(epochs.epochs(step), 3),
-                         "lr": schedule.get_last_lr()[0], "tokens_per_second": round(tokens_seen / busy_seconds, 1),
-                         **{k: v.item() for k, v in terms.items()}}
-                point["mse_weighted"] = point["mse"] * config.mse_weight
-                history["train"].append(point)
-                for key in ("loss", "info_nce", "mse", "cosine", "lr", "tokens_per_second"):
-                    writer.add_scalar(f"train/{key}", point[key], step)
-                bar.set_postfix(loss=f"{point['loss']:.3f}", cos=f"{point['cosine']:.3f}")
-                tokens_seen, busy_seconds = 0, 0.0
-            if step % config.validate_every == 0 or step == config.steps:
-                history["validation"].append({"step": step, "cosine": validate()})
-                writer.add_scalar("validation/cosine", history["validation"][-1]["cosine"], step)
-            if step % config.checkpoint_every == 0 or step == config.steps:
-                save_checkpoint(checkpoint, model, optimizer, schedule, step, history)
-                writer.flush()
-        bar.close()
+        writer = SummaryWriter(str(config.out / "tensorboard"))
+        history = training.run_stage("distill", model, config.steps, config.learning_rate, loss_at, config, writer,
+                                     validate, warmup_steps=config.warmup_steps, decay="cosine",
+                                     history={"init": init})
         writer.close()
 
         # The positions training reached: the longest training text, or the teacher's when they came from it.
@@ -289,7 +235,7 @@ def main(argv=None):
                       Panel("cosine to consensus", {"train batch": curve(history["train"], "cosine"),
                                                     "held-out rows": curve(history["validation"], "cosine")})],
                      config.out / "loss_curve.png")
-        metrics = {"parameters": parameters, "steps": step, "epochs": round(epochs.epochs(step), 3),
+        metrics = {"parameters": parameters, "steps": config.steps, "epochs": round(epochs.epochs(config.steps), 3),
                    "init": history["init"], "trained_length": model.config.trained_length,
                    "training_rows": int(len(training_rows)), "validation_rows": int(len(validation_rows)),
                    "teachers": teachers, "final_validation_cosine": history["validation"][-1]["cosine"],

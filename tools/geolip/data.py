@@ -109,7 +109,7 @@ def spliced_tails(tokenizer, texts, window, k, groups, seed):
     with the prefix's first `window` tokens, and its k texts are distinct."""
     cuts = []
     for text, offsets in zip(texts, tokenizer(texts, add_special_tokens=False, return_offsets_mapping=True,
-                                               verbose=False)["offset_mapping"]):
+                                              verbose=False)["offset_mapping"]):
         if len(offsets) > window:
             end = offsets[window - 1][1]  # the character after the window's last token
             boundary = next((i for i in range(end, len(text)) if text[i].isspace()), len(text))

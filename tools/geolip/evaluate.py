@@ -5,7 +5,7 @@ Usage:
 
 The held-out texts, the spliced-tails groups, the teacher embeddings (the run's cache) and the sample the maps are
 fitted on are the training run's own (tools/geolip/train.py, rebuilt from its config.json). The model is loaded from
-final/ the way users load it (AutoModel, trust_remote_code). Rows (metrics.ROWS):
+final/ the way users load it (AutoModel, trust_remote_code). Rows (tools/geolip/metrics.ROWS):
   memory         the model's embedding through its trained teacher projector;
   window         the frozen base on the text's own window (base_window tokens, CLIP's 77): the floor;
   first_segment  the frozen base on the text's first segment only;
@@ -34,7 +34,9 @@ from transformers import AutoModel
 
 from shared_modeling.segments import covered_tokens, segment_spans
 from tools import encoders, runs
-from tools.geolip import data, metrics
+from tools.geolip.data import cached_teacher_embeddings, spliced_tails, split_texts, teacher_cache, training_config
+from tools.geolip.metrics import (procrustes_maps, retrieval, row_embeddings, spliced_top1, teacher_space,
+                                  whole_window)
 
 
 @dataclass
@@ -56,33 +58,31 @@ def parse_config(argv):
 
 def main(argv=None):
     config = parse_config(argv)
-    trained = dataclasses.replace(data.training_config(config.train), out=config.train)
-    training, validation = data.split_texts(trained)
+    trained = dataclasses.replace(training_config(config.train), out=config.train)
+    training, validation = split_texts(trained)
     final = config.train / "final"
     model = AutoModel.from_pretrained(final, trust_remote_code=True).eval()
     k = trained.splice_k
-    splice, skipped = data.spliced_tails(model.tokenizer, validation, trained.base_window, k,
-                                                 trained.splice_groups, trained.seed)
-    targets = data.cached_teacher_embeddings(trained, training + validation + splice)
+    splice, skipped = spliced_tails(model.tokenizer, validation, trained.base_window, k, trained.splice_groups,
+                                    trained.seed)
+    targets = cached_teacher_embeddings(trained, training + validation + splice)
     if targets is None:
-        raise SystemExit(f"{data.teacher_cache(trained, [])[0]} does not hold the teacher embeddings of "
+        raise SystemExit(f"{teacher_cache(trained, [])[0]} does not hold the teacher embeddings of "
                          f"{config.train}'s texts")
     train_targets, validation_targets, splice_targets = torch.from_numpy(targets).split(
         [len(training), len(validation), len(splice)])
 
     with runs.RunRecord(config.out, config, "geolip.evaluate") as record:
-        whole = metrics.whole_window(trained, model.config.base)
+        whole = whole_window(trained, model.config.base)
         sample = list(range(min(trained.init_texts, len(training))))
-        maps = metrics.procrustes_maps(
-            metrics.row_embeddings(model, [training[i] for i in sample], trained.batch_size, whole),
-            train_targets[sample])
-        queries = metrics.teacher_space(
-            model, maps, metrics.row_embeddings(model, validation, trained.batch_size, whole), validation_targets)
-        spliced = (metrics.teacher_space(
-            model, maps, metrics.row_embeddings(model, splice, trained.batch_size, whole), splice_targets)
-            if splice else {})
-        rows = {name: {**metrics.retrieval(embeddings, validation_targets),
-                       "spliced_top1": metrics.spliced_top1(spliced[name], splice_targets, k) if splice else None}
+        maps = procrustes_maps(row_embeddings(model, [training[i] for i in sample], trained.batch_size, whole),
+                               train_targets[sample])
+        queries = teacher_space(model, maps, row_embeddings(model, validation, trained.batch_size, whole),
+                                validation_targets)
+        spliced = (teacher_space(model, maps, row_embeddings(model, splice, trained.batch_size, whole),
+                                 splice_targets) if splice else {})
+        rows = {name: {**retrieval(embeddings, validation_targets),
+                       "spliced_top1": spliced_top1(spliced[name], splice_targets, k) if splice else None}
                 for name, embeddings in queries.items()}
         lengths = np.array([len(row) for row in model.tokenizer(validation, add_special_tokens=False,
                                                                 verbose=False)["input_ids"]])

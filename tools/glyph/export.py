@@ -300,13 +300,13 @@ def main(argv=None):
         space = embedding_space(trunk_hash(AutoModel.from_pretrained(config.to)))
         folder_config = runs.read_json(config.to / "config.json")
         runs.write_json(config.to / "config.json", {**folder_config, "embedding_space": space})
-        gguf = {}
+        parity = {}  # per GGUF dtype
         for dtype in ("f32", "f16"):
             path = gguf.export_gguf(config.to, config.to / f"{MODEL}-{dtype}.gguf", dtype, name=MODEL)
-            gguf[dtype] = check_gguf(config.to, path, texts, config.min_cosine)
-            print(f"{path.name}: tokens identical on {gguf[dtype]['tokens_identical']}/{len(texts)} strings, "
-                  f"min cosine to PyTorch {gguf[dtype]['min_cosine']:.6f}")
-        export = {"parity_strings": len(texts), "manual_mean_pool_max_gap": manual_gap, "gguf": gguf,
+            parity[dtype] = check_gguf(config.to, path, texts, config.min_cosine)
+            print(f"{path.name}: tokens identical on {parity[dtype]['tokens_identical']}/{len(texts)} strings, "
+                  f"min cosine to PyTorch {parity[dtype]['min_cosine']:.6f}")
+        export = {"parity_strings": len(texts), "manual_mean_pool_max_gap": manual_gap, "gguf": parity,
                   "llama_cpp_python": metadata.version("llama-cpp-python"),
                   "weights_sha256": encoders.weights_hash(config.to), "embedding_space": space,
                   "goal_win_rate": config.goal_win_rate, "goal_mrr_at_10": config.goal_mrr_at_10}

@@ -442,7 +442,7 @@ def run_dispatch(config):
         name, arm, dispatch, metrics = solo_arm(entry, model, trunk_id)
         members[name] = {"dispatch": dispatch}
         arms[name], streams[name] = arm, pairs.load(runs.read_json(Path(entry) / "config.json")["data"],
-                                                     config.data_dir)
+                                                    config.data_dir)
         roster.append(name)
     if not streams:
         raise SystemExit("a dispatch needs at least one trained arm (a solo run folder) to draw data from")
