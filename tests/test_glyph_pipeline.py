@@ -183,7 +183,7 @@ def test_corpus_is_not_rebuilt_and_other_options_are_refused(corpus, capsys):
     before = (corpus / "train.jsonl").stat().st_mtime_ns
     assert glyph_corpus.main(["--out", str(corpus), *map(str, TINY_CORPUS)]) == 0
     assert "complete" in capsys.readouterr().out and (corpus / "train.jsonl").stat().st_mtime_ns == before
-    with pytest.raises(SystemExit, match="other options"):
+    with pytest.raises(SystemExit, match="another config"):
         glyph_corpus.main(["--out", str(corpus), *map(str, TINY_CORPUS), "--seed", "5"])
 
 

@@ -7,6 +7,7 @@ import math
 import shutil
 
 import pytest
+from safetensors import safe_open
 import torch
 import torch.nn.functional as F
 
@@ -114,14 +115,40 @@ def test_train_amoe_solo_dispatch_select_end_to_end(tiny_trunk, tmp_path, data_d
     common = ["--model", str(tiny_trunk), "--data-dir", str(data_dir), "--batch-size", "16",
               "--tasks", "BIOSSES", "STS-B", "--validation-rows", "150"]
     solo = tmp_path / "solo"
+    def solo_run(name, seed, out, steps=10):
+        return ["solo", "--data", name, "--seed", str(seed), "--steps", str(steps), "--learning-rate", "0.01",
+                "--checkpoint-every", "4", "--out", str(out), *common]
+
     for name in ("equiv", "sts"):
         for seed in (0, 1):
-            assert amoe_train.main(["solo", "--data", name, "--seed", str(seed), "--steps", "10", "--learning-rate",
-                                    "0.01", "--out", str(solo / f"{name}-seed{seed}"), *common]) == 0
+            assert amoe_train.main(solo_run(name, seed, solo / f"{name}-seed{seed}")) == 0
     record = json.loads((solo / "equiv-seed0" / "metrics.json").read_text())
     assert record["status"] == "complete" and set(record["sts8"]) == {"BIOSSES", "STS-B", "mean"}
+    assert [point["step"] for point in record["history"]] == [10]  # log_every 10
     assert json.loads((solo / "equiv-seed0" / "run.json").read_text())["status"] == "ok"
-    assert amoe_train.main(["solo", "--data", "equiv", "--out", str(solo / "equiv-seed0"), *common]) == 0  # skipped
+    assert amoe_train.main(solo_run("equiv", 0, solo / "equiv-seed0")) == 0  # complete: skipped
+    with pytest.raises(SystemExit, match="another config"):
+        amoe_train.main(solo_run("equiv", 0, solo / "equiv-seed0", steps=12))
+
+    # A solo run killed after its checkpoint at step 8 resumes there and ends with the uninterrupted run's arm.
+    killed = tmp_path / "killed"
+    real_loss = amoe_train.batch_loss
+
+    def dies_at_step_9(model, data, rows, config):
+        if (killed / "checkpoint-solo.pt").exists() and torch.load(killed / "checkpoint-solo.pt",
+                                                                   weights_only=True)["step"] == 8:
+            raise KeyboardInterrupt
+        return real_loss(model, data, rows, config)
+
+    monkeypatch.setattr(amoe_train, "batch_loss", dies_at_step_9)
+    with pytest.raises(KeyboardInterrupt):
+        amoe_train.main(solo_run("equiv", 0, killed))
+    monkeypatch.setattr(amoe_train, "batch_loss", real_loss)
+    assert amoe_train.main(solo_run("equiv", 0, killed)) == 0
+    for file in ("arms/equiv.safetensors", "solo/dispatch.safetensors"):
+        resumed, straight = (safe_open(folder / "amoe" / file, "pt") for folder in (killed, solo / "equiv-seed0"))
+        assert resumed.metadata() == straight.metadata(), file  # the content hash of the same tensors and header
+        assert all(torch.equal(resumed.get_tensor(key), straight.get_tensor(key)) for key in straight.keys())
 
     model = AutoModel.from_pretrained(tiny_trunk, trust_remote_code=True).eval()
     bare = model._amoe_fingerprint()

@@ -102,6 +102,17 @@ def records_config(folder, config):
                                                                             default=_jsonable))
 
 
+def run_state(folder, config):
+    """Where the run in `folder` stands: "new" (no run there yet), "partial" (started with this same config: resume
+    it) or "complete" (its metrics.json is written). A folder holding a run of another config is refused."""
+    folder = Path(folder)
+    if not (folder / "config.json").exists():
+        return "new"
+    if not records_config(folder, config):
+        raise SystemExit(f"{folder} holds a run with another config; use a new --out or the same options")
+    return "complete" if (folder / "metrics.json").exists() else "partial"
+
+
 class RunRecord:
     """Context manager that creates `folder`, records the config and environment, and stamps the end time."""
 

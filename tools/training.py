@@ -1,9 +1,9 @@
-"""The training loop every trainer shares (captionbert's distillation, glyph's two stages, geolip's memory): fused
-AdamW on the parameters that require grad, a warm-up then linear or cosine decay, bf16 autocast around the loss, a
-history and TensorBoard points every log_every steps (with tokens/s when the loss reports its tokens), validation
-every validate_every steps, and an atomic checkpoint every checkpoint_every steps that a rerun resumes from, to the
-same weights as an uninterrupted run. Every trainer takes --precision auto | bf16 | fp32 (resolve_precision: auto
-is bf16 only where the hardware computes it).
+"""The training loop every trainer shares (captionbert's distillation and AMOE arms, glyph's two stages, geolip's
+memory): fused AdamW on the parameters that require grad, a warm-up then linear, cosine or no decay, bf16 autocast
+around the loss, a history and TensorBoard points every log_every steps (with tokens/s when the loss reports its
+tokens), validation every validate_every steps, and an atomic checkpoint every checkpoint_every steps that a rerun
+resumes from, to the same weights as an uninterrupted run. Every trainer but the arms' (float32, as the AMOE spec
+says) takes --precision auto | bf16 | fp32 (resolve_precision: auto is bf16 only where the hardware computes it).
 
 A tool's config supplies: out (the run folder), weight_decay, precision ("bf16" or "fp32", resolved), log_every,
 validate_every, checkpoint_every, and warmup_fraction unless the tool gives its warm-up in steps. Batches come from
@@ -20,7 +20,8 @@ import time
 import numpy as np
 import torch
 from tqdm.auto import tqdm
-from transformers import get_cosine_schedule_with_warmup, get_linear_schedule_with_warmup
+from transformers import (get_constant_schedule_with_warmup, get_cosine_schedule_with_warmup,
+                          get_linear_schedule_with_warmup)
 
 
 @functools.lru_cache(maxsize=2)
@@ -115,7 +116,9 @@ def optimiser_step(optimizer, loss):
     optimizer.step()
 
 
-SCHEDULES = {"linear": get_linear_schedule_with_warmup, "cosine": get_cosine_schedule_with_warmup}
+SCHEDULES = {  # after the warm-up: (optimizer, warm-up steps, steps) -> schedule
+    "linear": get_linear_schedule_with_warmup, "cosine": get_cosine_schedule_with_warmup,
+    "constant": lambda optimizer, warmup_steps, steps: get_constant_schedule_with_warmup(optimizer, warmup_steps)}
 
 
 def run_stage(stage, model, steps, learning_rate, loss_at, config, writer, validate=None, warmup_steps=None,

@@ -168,9 +168,10 @@ def main(argv=None):
         raise SystemExit(f"the student emits {model_config.output_dim}-d embeddings but the consensus is "
                          f"{targets.shape[1]}-d: give --model a captionbert folder with output_dim {targets.shape[1]}")
     model = AutoModel.from_config(model_config, trust_remote_code=True)
+    if runs.run_state(config.out, config) == "complete":
+        print(f"{config.out} is complete (metrics.json); nothing to do")
+        return 0
     checkpoint = config.out / "checkpoint-distill.pt"
-    if checkpoint.exists() and not runs.records_config(config.out, config):
-        raise SystemExit(f"{config.out} holds a run with another config; use a new --out or the same options")
     init = {"kind": "scratch"}
     if config.init != "scratch" and not checkpoint.exists():  # a resumed run has its weights
         started = time.perf_counter()

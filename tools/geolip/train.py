@@ -109,12 +109,9 @@ def cv_target(config, model, teacher, content_ids):
 def main(argv=None):
     config = parse_config(argv)
     config.out.mkdir(parents=True, exist_ok=True)
-    if (config.out / "config.json").exists():
-        if not runs.records_config(config.out, config):
-            raise SystemExit(f"{config.out} holds a run with another config; use a new --out or the same options")
-        if (config.out / "metrics.json").exists():
-            print(f"{config.out} is complete (metrics.json); nothing to do")
-            return 0
+    if runs.run_state(config.out, config) == "complete":
+        print(f"{config.out} is complete (metrics.json); nothing to do")
+        return 0
     torch.manual_seed(config.seed)
     training, validation = split_texts(config)
     splice, skipped = spliced_tails(AutoTokenizer.from_pretrained(base_folder(config.base)), validation,

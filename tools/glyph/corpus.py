@@ -82,9 +82,7 @@ def operator_token_counts(tokenizer):
 
 def main(argv=None):
     config = parse_config(argv)
-    if (config.out / "metrics.json").exists():
-        if not runs.records_config(config.out, config):
-            raise SystemExit(f"{config.out} holds a corpus built with other options; use a new --out")
+    if runs.run_state(config.out, config) == "complete":
         print(f"{config.out} is complete (metrics.json); nothing to do")
         return 0
     lexicon = Lexicon.load(extra_words=config.extra_words)

@@ -155,12 +155,9 @@ def main(argv=None):
         if not (config.corpus / name).exists():
             raise SystemExit(f"{config.corpus} has no {name}: build it with tools/glyph/corpus.py")
     config.out.mkdir(parents=True, exist_ok=True)
-    if (config.out / "config.json").exists():
-        if not runs.records_config(config.out, config):
-            raise SystemExit(f"{config.out} holds a run with another config; use a new --out or the same options")
-        if (config.out / "metrics.json").exists():
-            print(f"{config.out} is complete (metrics.json); nothing to do")
-            return 0
+    if runs.run_state(config.out, config) == "complete":
+        print(f"{config.out} is complete (metrics.json); nothing to do")
+        return 0
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     torch.manual_seed(config.seed)
     random.seed(config.seed)

@@ -7,8 +7,8 @@ Usage (the embedded default, as `make demo` runs it; the trunk is captionbert-81
     python -m tools.captionbert.amoe.train dispatch --arm runs/demo/amoe/solo/equiv-seed0 --arm control --out runs/x/d
     python -m tools.captionbert.amoe.train select --solo runs/demo/amoe/solo --candidates paraphrase equiv sts \\
         --out runs/demo/amoe/select
-A finished run (its metrics.json says "complete") is skipped when the same command runs again; delete the folder
-to retrain. The maths of arms and dispatch is ../shared/specs/amoe.md (shared_modeling/amoe.py).
+A finished run (its metrics.json says "complete") is skipped when the same command runs again (another command on
+its folder is refused; delete the folder to retrain); a killed solo run resumes from its last checkpoint. The maths of arms and dispatch is ../shared/specs/amoe.md (shared_modeling/amoe.py).
 
 solo      one arm and its one routing key (a one-arm dispatch, weight tanh(u)) on one pair dataset
           (tools/captionbert/amoe/pairs.py), trunk frozen in eval mode, pure Adam (lr 1e-3, wd 0), fp32 with TF32 off.
@@ -41,7 +41,6 @@ import json
 import math
 import shutil
 import sys
-import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -84,6 +83,11 @@ class Common:
 
 @dataclass
 class SoloConfig(Common):
+    # Trained by the shared loop (tools/training.py): constant learning rate, float32 (the trunk's arithmetic, TF32
+    # off), no weight decay; a killed run resumes from out/checkpoint-solo.pt.
+    precision = "fp32"
+    weight_decay = 0.0
+
     # Small batches, many steps: with Adam the arm's output grows about linearly in steps from its zero-initialised
     # projection and -3 gate, so steps, not rows per step, limit a CPU run. Measured on the demo trunk: 120 steps
     # of 64 moved the mean gate from .047 to .051 and STS-8 by -.012 (paraphrase) and +.004 (equiv).
@@ -92,6 +96,7 @@ class SoloConfig(Common):
     data: str = "paraphrase"  # pairs.TRAINING_SETS name or a .tsv file
     name: str = ""  # the arm's name; default the data name (the TSV's stem)
     sts8: bool = True  # score the trained arm on STS-8 too (ARMS.json lists solo scores per task)
+    checkpoint_every: int = 40  # steps between atomic checkpoints
 
 
 @dataclass
@@ -316,30 +321,24 @@ def train_solo(config):
     model, trunk_id = load_trunk(config)
     arm = fresh_arm(model, config.seed)
     dispatch = fresh_dispatch(model, [name], config.seed)
-    parameters = list(arm.parameters()) + list(dispatch.parameters())
-    optimizer = training.adam(parameters, config.learning_rate)
-    stream = Stream(data, config.batch_size, config.seed)
+    trained = torch.nn.ModuleDict({"arm": arm, "dispatch": dispatch})  # what the loop optimises and checkpoints
+    batch_size = min(config.batch_size, len(data))
     writer = SummaryWriter(str(config.out / "tensorboard"))
-    history, started = [], time.perf_counter()
-    print(f"solo arm {name!r}: {len(data)} rows of {data.source}; {config.steps} steps x {stream.batch_size}")
+    print(f"solo arm {name!r}: {len(data)} rows of {data.source}; {config.steps} steps x {batch_size}")
     with Attached(model, {name: arm}, dispatch) as attached:
-        arm.train()
         monitor = RoutingMonitor(attached.dispatch)
-        for step in tqdm(range(1, config.steps + 1), desc=f"solo {name}"):
-            loss = batch_loss(model, data, stream.next_rows(), config)
-            optimise(optimizer, loss)
+
+        def loss_at(step):
+            loss = batch_loss(model, data, training.batch_at(step, len(data), batch_size, config.seed), config)
             monitor.end_step()
-            if step % config.log_every == 0 or step == config.steps:
-                routing = monitor.summary()
-                history.append({"step": step, "loss": float(loss.detach()), "epoch": stream.epoch,
-                                "amplitude_budget": routing["amplitude_budget"],
-                                "gate": float(torch.stack([s.gate.detach() for s in arm.blocks]).sigmoid().mean())})
-                writer.add_scalar("loss", history[-1]["loss"], step)
-                writer.add_scalar("amplitude_budget", routing["amplitude_budget"], step)
-                monitor.reset()
+            budget = monitor.summary()["amplitude_budget"]
+            monitor.reset()
+            return {"loss": loss, "amplitude_budget": torch.tensor(budget),
+                    "gate": torch.stack([site.gate.detach() for site in arm.blocks]).sigmoid().mean()}
+
+        history = training.run_stage("solo", trained, config.steps, config.learning_rate, loss_at, config, writer,
+                                     warmup_steps=0, decay="constant")
         monitor.close()
-        minutes = (time.perf_counter() - started) / 60
-        arm.eval()
         print("scoring the arm on the validation suite" + (" and STS-8" if config.sts8 else ""))
         scores = {"validation": validation_score(model, validation)}
         if config.sts8:
@@ -349,7 +348,7 @@ def train_solo(config):
     save_arm(config.out / "amoe" / "arms" / f"{name}.safetensors", arm, name, trunk_id, meta)
     save_dispatch(config.out / "amoe" / "solo" / "dispatch.safetensors", dispatch, trunk_id)
     return {"status": "complete", "name": name, "trunk_hash": trunk_id, "data": data.summary(),
-            "training_minutes": round(minutes, 2), "history": history, **scores}
+            "training_minutes": round(history["training_seconds"] / 60, 2), "history": history["train"], **scores}
 
 
 def solo_spec(config):
@@ -631,11 +630,12 @@ def write_arms_json(library, members, steps, shipped, trunk_id, config):
 
 def main(argv=None):
     mode, config = parse_config(argv)
-    if finished(config.out):
-        print(f"{config.out} is finished already (metrics.json complete); delete it to retrain")
+    state = runs.run_state(config.out, config)
+    if state == "complete":
+        print(f"{config.out} is complete (metrics.json); nothing to do")
         return 0
-    if config.out.exists():
-        shutil.rmtree(config.out)  # a run killed half-way starts over: runs are minutes long
+    if state == "partial" and mode != "solo":
+        shutil.rmtree(config.out)  # a dispatch or selection killed half-way starts over; a solo run resumes
     with runs.RunRecord(config.out, config, f"captionbert.amoe.train {mode}"):
         metrics = {"solo": train_solo, "dispatch": run_dispatch, "select": select}[mode](config)
         runs.write_json(config.out / "metrics.json", metrics)
