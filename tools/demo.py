@@ -7,8 +7,9 @@ Usage:
     python -m tools.demo --force          # rebuild every step from scratch (make demo FORCE=1)
     python -m tools.demo --list           # the steps, whether each is finished and its minutes; runs nothing
 
-Two budgets (BUDGETS): quick, make demo's default, fits in 2 h on 2 cores with shorter training and weaker models;
-cpu runs every tool's cpu preset, the settings each model's goals were measured at (about 4.9 h on 2 cores). Each
+Two budgets (BUDGETS): quick, make demo's default, with shorter training and weaker models (358 min of steps on a
+2-core AVX2-only CPU); cpu runs every tool's cpu preset, the settings each model's goals were measured at (about
+4.9 h on 2 cores with AVX-512 BF16, far longer without it). Each
 has its own runs folder; both export to the same three Hub folders, so an export step whose folder the other budget
 has written since runs again, and `make cards` follows whichever export wrote each folder last.
 
@@ -269,7 +270,7 @@ def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--data-dir", type=Path, default=runs.default_data_dir())
     parser.add_argument("--budget", choices=sorted(BUDGETS), default="quick",
-                        help="quick: under 2 h on 2 cores (default); cpu: every tool's cpu preset, about 4.9 h")
+                        help="quick: shorter training, weaker models (default); cpu: every tool's cpu preset")
     parser.add_argument("--force", action="store_true", help="rebuild every step from scratch")
     parser.add_argument("--list", action="store_true", help="list the steps and their state; run nothing")
     parser.add_argument("--adopt", action="append", default=[], metavar="STEP",
