@@ -97,9 +97,16 @@ def read_json(path):
 
 
 def records_config(folder, config):
-    """Whether `folder`/config.json holds exactly `config` (the dataclass, as RunRecord writes it)."""
-    return read_json(Path(folder) / "config.json") == json.loads(json.dumps(dataclasses.asdict(config),
-                                                                            default=_jsonable))
+    """Whether `folder`/config.json holds `config` (the dataclass, as RunRecord writes it). A field the record lacks
+    counts as recorded when `config` holds its default: a field added to a tool since, whose default keeps the old
+    behaviour, does not disown the runs made before it."""
+    recorded = read_json(Path(folder) / "config.json")
+    current = json.loads(json.dumps(dataclasses.asdict(config), default=_jsonable))
+    for item in dataclasses.fields(config):
+        if (item.name not in recorded and item.default is not dataclasses.MISSING
+                and current[item.name] == json.loads(json.dumps(item.default, default=_jsonable))):
+            del current[item.name]
+    return recorded == current
 
 
 def run_state(folder, config):
