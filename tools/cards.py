@@ -39,12 +39,15 @@ README = runs.ROOT / "README.md"
 MEASURED = ("<!-- measured: written by `make cards` from the cards' model-index -->\n", "<!-- end of measured -->")
 
 
-def render(template, **values):
+def render(template, block=None, **values):
     """A card's text from its Markdown template (tools/<pipeline>/card.md, Jinja syntax) and the values its
     card_context computed from the run records: every {{ name }} must be given (a missing value is an error, not a
-    blank), and the rest of the template is kept byte for byte."""
+    blank), and the rest of the template is kept byte for byte. block: render only that {% block %} of it."""
     environment = jinja2.Environment(keep_trailing_newline=True, undefined=jinja2.StrictUndefined, autoescape=False)
-    return environment.from_string(Path(template).read_text()).render(**values)
+    card = environment.from_string(Path(template).read_text())
+    if block is None:
+        return card.render(**values)
+    return "".join(card.blocks[block](card.new_context(values)))
 
 
 def front_matter(*, library_name, pipeline_tag, tags, datasets, model_name, results, base_model=None):

@@ -31,7 +31,6 @@ import textwrap
 from dataclasses import dataclass
 from pathlib import Path
 
-import jinja2
 import numpy as np
 
 from tools import cards, encoders, registry, runs, sts
@@ -263,8 +262,7 @@ def amoe_context(select, arms_json):
 
 def amoe_section(select, arms_json):
     """The card's AMOE part alone: card.md's block `amoe`, rendered with amoe_context's values."""
-    template = jinja2.Environment(undefined=jinja2.StrictUndefined).from_string(CARD.read_text())
-    return "".join(template.blocks["amoe"](template.new_context({"amoe": amoe_context(select, arms_json)})))
+    return cards.render(CARD, block="amoe", amoe=amoe_context(select, arms_json))
 
 
 def card_context(metrics, extract_manifest, extraction, align_report, distill_metrics, distill_config, export,
