@@ -6,7 +6,7 @@ STAMP := $(VENV)/.installed
 DATA_DIR ?= ../shared/data
 
 .DEFAULT_GOAL := help
-.PHONY: help setup demo cards test vendor check-vendor bench publish
+.PHONY: help setup demo cards test test-fast vendor check-vendor bench publish
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-13s %s\n", $$1, $$2}'
@@ -28,6 +28,9 @@ cards: setup ## regenerate every model card (README.md) from the run records of 
 
 test: setup ## run the test suite
 	HF_HUB_OFFLINE=1 $(PY) -m pytest
+
+test-fast: setup ## the test suite without the tests marked slow (structure on tiny models; minutes, not the hour)
+	HF_HUB_OFFLINE=1 $(PY) -m pytest -m "not slow"
 
 vendor: setup ## regenerate the shared_*.py copies in the Hub folders from shared_modeling/
 	$(PY) -m tools.vendor

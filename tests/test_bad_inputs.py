@@ -1,6 +1,6 @@
 """Bad inputs and bad files for the bundle's models with remote code, table-driven: each must fail with the stated
 error type and a message that names the problem, never embed garbage silently. (glyph-embedder-v2 has no code of its
-own: its GGUF export's checks are in test_gguf.py.)"""
+own: its GGUF export's checks are in glyph/test_gguf.py.)"""
 
 import shutil
 

@@ -21,7 +21,8 @@ teacher (each vocabulary token embedded alone, PCA to the student's width), mapp
 stays random.
 
 Selecting every dimension, head and unit of a teacher of the student's own size reproduces the teacher's token
-states exactly (tests/test_teacher_init.py), for a BERT teacher; an MPNet teacher differs by the relative bias.
+states exactly (tests/captionbert/test_teacher_init.py), for a BERT teacher; an MPNet teacher differs by the relative
+bias.
 Legend: Dt / Ds teacher / student hidden size, It / Is FFN sizes, H heads, Dh head width.
 """
 
