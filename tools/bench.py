@@ -41,6 +41,8 @@ captions, tokenized by captionbert's tokenizer. One run measures:
      (b) encode latency of the sample cut to 18 .. 452 tokens (1 .. 32 segments), against one segment. Reported.
 
 The table and report.json (with the raw timings) go to runs/bench/<timestamp>/ beside config.json and run.json.
+main builds what the measurements share once (build_setup), then runs one function per measurement family in the
+order above, each returning its table rows and its part of the report, and writes the report.
 
 Usage:
     python -m tools.bench                                                   # the full run, a few minutes
@@ -110,6 +112,23 @@ class Config:
     seed: int = 0  # caption sample, weights and the long input
 
 
+@dataclass
+class Setup:
+    """What the measurements share, built once by build_setup."""
+    texts: list  # the seeded caption sample, in its given order
+    tokenizer: object  # captionbert's
+    batches: list  # the sample padded batch by batch in its given order: the naive pipelines' batches
+    lengths: list  # real tokens of each caption
+    sorted_lengths: list  # real tokens of each caption, batch by batch as encode() runs them (longest first)
+    shape: dict  # SHAPES[config.tiny], both models'
+    captionbert: nn.Module  # random weights, sdpa attention, captionbert's tokenizer attached
+    bert: nn.Module  # BertModel of the same shape, random weights, no pooler, its default sdpa attention
+    linear_weights: int  # weights of captionbert's trunk linear layers
+    flops: float  # model FLOPs of captionbert.encode on the sample (see model_flops)
+    precision: str  # training.resolve_precision("auto", "cpu"): what (5) trains in
+    dtypes: list  # "fp32", and "bf16" where the CPU computes it: what (1), (2) and (6) run in
+
+
 class BertStudent(nn.Module):
     """BertModel + captionbert's pooling and head: the same student shape on transformers' stock encoder."""
 
@@ -130,6 +149,7 @@ def build_captionbert(shape, seed, attn_implementation="sdpa"):
 
 
 def timed(fn):
+    """Seconds that fn() took."""
     start = time.perf_counter()
     fn()
     return time.perf_counter() - start
@@ -258,7 +278,8 @@ def row(name, unit, ours, reference, ratio, target=None):
                 target=None if target is None else f"{target[0]} {target[1]}", met=met)
 
 
-def main(argv=None):
+def parse_config(argv):
+    """The Config of the command line `argv` (sys.argv when None)."""
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--data-dir", type=Path, default=Config.data_dir, help="shared data folder")
     parser.add_argument("--out", type=Path, default=Config.out, help="parent of bench/<timestamp>/")
@@ -274,259 +295,353 @@ def main(argv=None):
     parser.add_argument("--glyph-texts", type=int, default=Config.glyph_texts, help="glyph strings embedded (7)")
     parser.add_argument("--geolip-texts", type=int, default=Config.geolip_texts, help="long texts (8)")
     parser.add_argument("--seed", type=int, default=Config.seed, help="sample, weights and long input")
-    config = Config(**vars(parser.parse_args(argv)))
-    torch.set_num_threads(os.cpu_count())
+    return Config(**vars(parser.parse_args(argv)))
 
-    with runs.RunRecord(runs.timestamped(config.out, "bench"), config, "bench") as record:
-        # ---- data: a seeded caption sample; the naive batches keep its order, encode() runs it longest first -----
-        caption_lines = (config.data_dir / CAPTIONS).read_text().splitlines()
-        texts = random.Random(config.seed).sample([line.split("\t", 1)[1] for line in caption_lines], config.captions)
-        tokenizer = AutoTokenizer.from_pretrained(CAPTIONBERT, trust_remote_code=True)
-        size = config.batch_size
-        batches = [tokenizer(texts[i:i + size], padding=True, return_tensors="pt") for i in range(0, len(texts), size)]
-        lengths = [len(ids) for ids in tokenizer(texts)["input_ids"]]
-        by_length = sorted(lengths, reverse=True)
-        sorted_lengths = [by_length[i:i + size] for i in range(0, len(texts), size)]  # the batches encode() runs
 
-        # ---- models: same shape, random weights; BertModel without its pooler, in its default sdpa attention -----
-        shape = SHAPES[config.tiny]
-        captionbert = build_captionbert(shape, config.seed)
-        captionbert.tokenizer = tokenizer
-        torch.manual_seed(config.seed)
-        bert = BertModel(BertConfig(vocab_size=captionbert.config.vocab_size,
-                                    max_position_embeddings=captionbert.config.max_position_embeddings, **shape),
-                         add_pooling_layer=False).eval()
+def build_setup(config):
+    """The Setup every measurement shares: a seeded caption sample (the naive batches keep its order, encode() runs
+    it longest first), captionbert and a BertModel of the same shape with random weights, captionbert's encode FLOPs
+    on the sample, and the precision and dtypes, decided once."""
+    caption_lines = (config.data_dir / CAPTIONS).read_text().splitlines()
+    texts = random.Random(config.seed).sample([line.split("\t", 1)[1] for line in caption_lines], config.captions)
+    tokenizer = AutoTokenizer.from_pretrained(CAPTIONBERT, trust_remote_code=True)
+    size = config.batch_size
+    batches = [tokenizer(texts[i:i + size], padding=True, return_tensors="pt") for i in range(0, len(texts), size)]
+    lengths = [len(ids) for ids in tokenizer(texts)["input_ids"]]
+    by_length = sorted(lengths, reverse=True)
+    sorted_lengths = [by_length[i:i + size] for i in range(0, len(texts), size)]  # the batches encode() runs
 
-        def captionbert_forward():
-            for batch in batches:
-                captionbert(**batch)
+    shape = SHAPES[config.tiny]
+    captionbert = build_captionbert(shape, config.seed)
+    captionbert.tokenizer = tokenizer
+    torch.manual_seed(config.seed)
+    bert = BertModel(BertConfig(vocab_size=captionbert.config.vocab_size,
+                                max_position_embeddings=captionbert.config.max_position_embeddings, **shape),
+                     add_pooling_layer=False).eval()
 
-        def bert_forward():
-            for batch in batches:
-                masked_mean_pool(bert(**batch).last_hidden_state, batch["attention_mask"])
+    linear_weights = sum(m.weight.numel() for m in captionbert.encoder.modules() if isinstance(m, nn.Linear))
+    flops = model_flops(sorted_lengths, linear_weights, shape["hidden_size"], shape["num_hidden_layers"])
+    precision = training.resolve_precision("auto", "cpu")  # what distill_captionbert --precision auto runs
+    dtypes = list(dict.fromkeys(("fp32", precision)))  # bf16 too where the hardware computes it
+    return Setup(texts, tokenizer, batches, lengths, sorted_lengths, shape, captionbert, bert, linear_weights, flops,
+                 precision, dtypes)
 
-        def captionbert_encode():
-            captionbert.encode(texts, batch_size=size, show_progress_bar=False)
 
-        def naive_encode():
-            for start in range(0, len(texts), size):
-                batch = tokenizer(texts[start:start + size], padding=True, return_tensors="pt")
-                l2_normalize(masked_mean_pool(bert(**batch).last_hidden_state, batch["attention_mask"]))
+def opening_report(setup):
+    """The report's first keys: the load average now, BertModel's attention, the caption sample's token counts,
+    captionbert's trunk linear weights and encode GFLOP, an empty "seconds" for the measurements to fill, the dtypes
+    measured and why bf16 was left out (None when it was not)."""
+    return {"load_average_at_start": os.getloadavg(),
+            "bert_attn_implementation": setup.bert.config._attn_implementation,
+            "captions": {"count": len(setup.texts), "real_tokens": sum(setup.lengths),
+                         "padded_tokens_given_order": sum(b["input_ids"].numel() for b in setup.batches),
+                         "padded_tokens_sorted": sum(len(b) * max(b) for b in setup.sorted_lengths)},
+            "trunk_linear_weights": setup.linear_weights, "encode_model_gflop": setup.flops / 1e9, "seconds": {},
+            "dtypes": setup.dtypes,
+            "bf16_left_out": None if "bf16" in setup.dtypes else "this CPU has neither AVX-512 BF16 nor AMX: emulated"}
 
-        # ---- 1 + 2: throughput in both dtypes, and captionbert's share of the matmul peak ------------------------
-        linear_weights = sum(m.weight.numel() for m in captionbert.encoder.modules() if isinstance(m, nn.Linear))
-        flops = model_flops(sorted_lengths, linear_weights, shape["hidden_size"], shape["num_hidden_layers"])
-        report = {"load_average_at_start": os.getloadavg(),
-                  "bert_attn_implementation": bert.config._attn_implementation,
-                  "captions": {"count": len(texts), "real_tokens": sum(lengths),
-                               "padded_tokens_given_order": sum(b["input_ids"].numel() for b in batches),
-                               "padded_tokens_sorted": sum(len(b) * max(b) for b in sorted_lengths)},
-                  "trunk_linear_weights": linear_weights, "encode_model_gflop": flops / 1e9, "seconds": {}}
-        precision = training.resolve_precision("auto", "cpu")  # what distill_captionbert --precision auto runs
-        dtypes = list(dict.fromkeys(("fp32", precision)))  # bf16 too where the hardware computes it
-        report["dtypes"] = dtypes
-        report["bf16_left_out"] = None if "bf16" in dtypes else "this CPU has neither AVX-512 BF16 nor AMX: emulated"
-        rows = []
-        for dtype in dtypes:
-            forward = race({"captionbert": in_dtype(captionbert_forward, dtype), "bert": in_dtype(bert_forward, dtype)},
-                           config.repeats, f"forward {dtype}")
-            encode = race({"captionbert": in_dtype(captionbert_encode, dtype), "naive": in_dtype(naive_encode, dtype)},
-                          config.repeats, f"encode {dtype}")
-            report["seconds"][dtype] = {"forward": forward, "encode": encode}
-            ours, theirs = statistics.median(forward["captionbert"]), statistics.median(forward["bert"])
-            rows.append(row(f"(a) forward {dtype}: captionbert vs BertModel", "captions/s", len(texts) / ours,
-                            len(texts) / theirs, theirs / ours, (">=", 1.3)))
-            ours, theirs = statistics.median(encode["captionbert"]), statistics.median(encode["naive"])
-            rows.append(row(f"(b) encode {dtype}: captionbert vs HF pipeline", "captions/s", len(texts) / ours,
-                            len(texts) / theirs, theirs / ours, (">=", 1.3)))
-            achieved, peak = flops / ours / 1e9, matmul_peak_gflops(config.peak_size, DTYPES[dtype])
-            rows.append(row(f"(2) encode {dtype}: captionbert vs matmul peak", "GFLOP/s", achieved, peak,
-                            achieved / peak, (">=", 0.5)))
 
-        # ---- 3: one long input, SDPA vs eager, each in a fresh subprocess ----------------------------------------
-        long = {name: long_input(config, name) for name in tqdm(("sdpa", "eager"), desc=f"{config.long_tokens} tokens")}
-        sdpa, eager = long["sdpa"], long["eager"]
-        rows.append(row(f"(3) {config.long_tokens} tokens fp32 peak extra RSS: sdpa vs eager", "MiB",
-                        sdpa["peak_extra_mib"], eager["peak_extra_mib"],
-                        sdpa["peak_extra_mib"] / eager["peak_extra_mib"], ("<=", 0.25)))
-        rows.append(row(f"(3) {config.long_tokens} tokens fp32 forward: sdpa vs eager (speed-up)", "s",
-                        sdpa["seconds"], eager["seconds"], eager["seconds"] / sdpa["seconds"]))
+def throughput(config, setup):
+    """(1) + (2), in each dtype: (rows, report part). The rows: forward vs BertModel, encode vs the naive HF pipeline,
+    encode's GFLOP/s vs the matmul peak; the part: their seconds under seconds/<dtype>/forward and encode."""
+    texts, tokenizer, size = setup.texts, setup.tokenizer, config.batch_size
+    captionbert, bert = setup.captionbert, setup.bert
 
-        # ---- 4: teacher extraction on the caption mix, length-bucketed vs naive ----------------------------------
-        mix = random.Random(config.seed).sample(corpus.build(config.data_dir)[0], config.corpus_texts)
-        mix_ids = tokenizer(mix, truncation=True, max_length=512)["input_ids"]
+    def captionbert_forward():
+        for batch in setup.batches:
+            captionbert(**batch)
+
+    def bert_forward():
+        for batch in setup.batches:
+            masked_mean_pool(bert(**batch).last_hidden_state, batch["attention_mask"])
+
+    def captionbert_encode():
+        captionbert.encode(texts, batch_size=size, show_progress_bar=False)
+
+    def naive_encode():
+        for start in range(0, len(texts), size):
+            batch = tokenizer(texts[start:start + size], padding=True, return_tensors="pt")
+            l2_normalize(masked_mean_pool(bert(**batch).last_hidden_state, batch["attention_mask"]))
+
+    rows, seconds = [], {}
+    for dtype in setup.dtypes:
+        forward = race({"captionbert": in_dtype(captionbert_forward, dtype), "bert": in_dtype(bert_forward, dtype)},
+                       config.repeats, f"forward {dtype}")
+        encode = race({"captionbert": in_dtype(captionbert_encode, dtype), "naive": in_dtype(naive_encode, dtype)},
+                      config.repeats, f"encode {dtype}")
+        seconds[dtype] = {"forward": forward, "encode": encode}
+        ours, theirs = statistics.median(forward["captionbert"]), statistics.median(forward["bert"])
+        rows.append(row(f"(a) forward {dtype}: captionbert vs BertModel", "captions/s", len(texts) / ours,
+                        len(texts) / theirs, theirs / ours, (">=", 1.3)))
+        ours, theirs = statistics.median(encode["captionbert"]), statistics.median(encode["naive"])
+        rows.append(row(f"(b) encode {dtype}: captionbert vs HF pipeline", "captions/s", len(texts) / ours,
+                        len(texts) / theirs, theirs / ours, (">=", 1.3)))
+        achieved, peak = setup.flops / ours / 1e9, matmul_peak_gflops(config.peak_size, DTYPES[dtype])
+        rows.append(row(f"(2) encode {dtype}: captionbert vs matmul peak", "GFLOP/s", achieved, peak,
+                        achieved / peak, (">=", 0.5)))
+    return rows, {"seconds": seconds}
+
+
+def long_input_memory(config):
+    """(3): (rows, report part). The rows: one long input's peak extra RSS and forward time, SDPA vs eager, each in a
+    fresh subprocess; the part: both results under long_input."""
+    long = {name: long_input(config, name) for name in tqdm(("sdpa", "eager"), desc=f"{config.long_tokens} tokens")}
+    sdpa, eager = long["sdpa"], long["eager"]
+    rows = [row(f"(3) {config.long_tokens} tokens fp32 peak extra RSS: sdpa vs eager", "MiB", sdpa["peak_extra_mib"],
+                eager["peak_extra_mib"], sdpa["peak_extra_mib"] / eager["peak_extra_mib"], ("<=", 0.25)),
+            row(f"(3) {config.long_tokens} tokens fp32 forward: sdpa vs eager (speed-up)", "s", sdpa["seconds"],
+                eager["seconds"], eager["seconds"] / sdpa["seconds"])]
+    return rows, {"long_input": long}
+
+
+def corpus_sample(config, tokenizer):
+    """(texts, token ids): the seeded sample of the default corpus that (4) and (5) run on, tokenized by `tokenizer`
+    up to 512 tokens."""
+    mix = random.Random(config.seed).sample(corpus.build(config.data_dir)[0], config.corpus_texts)
+    return mix, tokenizer(mix, truncation=True, max_length=512)["input_ids"]
+
+
+def extraction(config, setup, mix, mix_ids):
+    """(4): (rows, report part). The row: teacher extraction of the corpus sample `mix`, fp32, tools/encoders.py's
+    length-bucketed path vs naive padded batches in corpus order, on setup.bert saved as a plain HF teacher folder;
+    the part: the sample's token counts under corpus_sample and the seconds under seconds/extraction."""
+    tokenizer, size = setup.tokenizer, config.batch_size
+    with tempfile.TemporaryDirectory() as folder:
+        setup.bert.save_pretrained(folder)
+        tokenizer.save_pretrained(folder)
+        _, teacher = encoders.load(folder, encoders.EncodeOptions(size, 512, show_progress=False))
+
+    def naive_extract():
+        for start in range(0, len(mix), size):
+            batch = tokenizer(mix[start:start + size], padding=True, truncation=True, max_length=512,
+                              return_tensors="pt")
+            l2_normalize(masked_mean_pool(teacher.model(**batch).last_hidden_state, batch["attention_mask"]))
+
+    extract = race({"bucketed": in_dtype(lambda: teacher.encode(mix), "fp32"),
+                    "naive": in_dtype(naive_extract, "fp32")}, config.repeats, "extraction")
+    ours, theirs = statistics.median(extract["bucketed"]), statistics.median(extract["naive"])
+    rows = [row("(4) extraction fp32: length-bucketed vs naive batches", "texts/s", len(mix) / ours,
+                len(mix) / theirs, theirs / ours, (">=", 1.5))]
+    return rows, {"corpus_sample": {"count": len(mix), "real_tokens": sum(map(len, mix_ids)),
+                                    "longest": max(map(len, mix_ids))},
+                  "seconds": {"extraction": extract}}
+
+
+def training_steps(config, setup, mix_ids):
+    """(5): (rows, report part). The rows: student training steps on bucketed batches of the corpus sample
+    `mix_ids` in setup.precision, captionbert vs BertModel with the same pooling and head, and (5b) captionbert with
+    fused vs torch's per-tensor Adam; the part: the seconds under seconds/training. setup.captionbert and setup.bert
+    are stepped in place and left in train mode."""
+    captionbert, size, precision = setup.captionbert, config.batch_size, setup.precision
+    train_config = captionbert_train.Config(align=Path("-"), out=Path("-"), precision=precision)
+    lengths_array = np.array([len(ids) for ids in mix_ids])
+    train_batches = captionbert_data.bucketed_batches(lengths_array, size, config.seed, 0)[:config.train_steps]
+    train_batches = [captionbert_data.collate(mix_ids, members, setup.tokenizer.pad_token_id)
+                     for members in train_batches]
+    targets = l2_normalize(torch.randn(size, captionbert.config.output_dim, generator=torch.Generator()
+                                       .manual_seed(config.seed)))
+    torch.manual_seed(config.seed)
+    head_class = type(captionbert.head)  # captionbert's SentenceHead, from its remote-code module
+    bert_student = BertStudent(setup.bert, head_class(setup.shape["hidden_size"], captionbert.config.output_dim,
+                                                      captionbert.config.layer_norm_eps))
+    students = {"captionbert": captionbert.train(), "bert": bert_student.train(),
+                "captionbert per-tensor Adam": copy.deepcopy(captionbert)}
+    optimizers = {name: training.adam(model.parameters(), 1e-5) for name, model in students.items()}
+    optimizers["captionbert per-tensor Adam"] = torch.optim.Adam(students["captionbert per-tensor Adam"]
+                                                                 .parameters(), lr=1e-5)  # torch's CPU default
+
+    def steps(name):
+        def run():
+            for input_ids, attention_mask in train_batches:
+                with torch.autocast("cpu", dtype=torch.bfloat16, enabled=precision == "bf16"):
+                    terms = captionbert_train.distillation_terms(students[name], input_ids, attention_mask,
+                                                                 targets, train_config)
+                training.optimiser_step(optimizers[name], terms["loss"])
+        return run
+
+    train = race({name: steps(name) for name in students}, config.repeats, "training steps")
+    tokens = sum(int(mask.sum()) for _, mask in train_batches)
+    ours, theirs = statistics.median(train["captionbert"]), statistics.median(train["bert"])
+    before = statistics.median(train["captionbert per-tensor Adam"])
+    rows = [row(f"(5) training step {precision}: captionbert vs BertModel", "tokens/s", tokens / ours,
+                tokens / theirs, theirs / ours, (">=", 1.0)),
+            row(f"(5b) training step {precision}: captionbert, fused Adam vs per-tensor Adam", "tokens/s",
+                tokens / ours, tokens / before, before / ours)]
+    return rows, {"seconds": {"training": train}}
+
+
+def with_random_collectives(trunk, sizes, seed):
+    """{arm count: a copy of `trunk` with a random collective of that many arms attached}, for each of `sizes`."""
+    attached = {}
+    for arms in sizes:
+        attached[arms] = copy.deepcopy(trunk)
         with tempfile.TemporaryDirectory() as folder:
-            bert.save_pretrained(folder)
-            tokenizer.save_pretrained(folder)
-            _, teacher = encoders.load(folder, encoders.EncodeOptions(size, 512, show_progress=False))
+            write_random_collective(Path(folder), attached[arms], arms, seed)
+            attached[arms].attach_amoe(path=folder)
+    return attached
 
-        def naive_extract():
-            for start in range(0, len(mix), size):
-                batch = tokenizer(mix[start:start + size], padding=True, truncation=True, max_length=512,
-                                  return_tensors="pt")
-                l2_normalize(masked_mean_pool(teacher.model(**batch).last_hidden_state, batch["attention_mask"]))
 
-        extract = race({"bucketed": in_dtype(lambda: teacher.encode(mix), "fp32"),
-                        "naive": in_dtype(naive_extract, "fp32")}, config.repeats, "extraction")
-        ours, theirs = statistics.median(extract["bucketed"]), statistics.median(extract["naive"])
-        rows.append(row("(4) extraction fp32: length-bucketed vs naive batches", "texts/s", len(mix) / ours,
-                        len(mix) / theirs, theirs / ours, (">=", 1.5)))
-        report["corpus_sample"] = {"count": len(mix), "real_tokens": sum(map(len, mix_ids)),
-                                   "longest": max(map(len, mix_ids))}
+def amoe_arms(config, setup):
+    """(6): (rows, report part). The rows, in each dtype: captionbert.encode latency with each collective's arms on
+    (the shipped collective's size and --arms) and with every arm off vs the bare trunk (an identical copy); then the
+    first size's arithmetic floor and whether every-arm-off embeddings equal the bare trunk's. The part: the sizes and
+    the equality checks under amoe, the latencies under seconds/<dtype>/amoe."""
+    texts, size = setup.texts, config.batch_size
+    setup.captionbert.eval()  # training_steps left it in train mode
+    bare_trunk = copy.deepcopy(setup.captionbert)
+    shipped = shipped_arm_count()
+    sizes = [arms for arms in dict.fromkeys((shipped, config.arms)) if arms]
+    attached = with_random_collectives(bare_trunk, sizes, config.seed)
 
-        # ---- 5: student training step, captionbert vs BertModel of the same shape --------------------------------
-        train_config = captionbert_train.Config(align=Path("-"), out=Path("-"), precision=precision)
-        lengths_array = np.array([len(ids) for ids in mix_ids])
-        train_batches = captionbert_data.bucketed_batches(lengths_array, size, config.seed, 0)[:config.train_steps]
-        train_batches = [captionbert_data.collate(mix_ids, members, tokenizer.pad_token_id)
-                         for members in train_batches]
-        targets = l2_normalize(torch.randn(size, captionbert.config.output_dim, generator=torch.Generator()
-                                           .manual_seed(config.seed)))
-        torch.manual_seed(config.seed)
-        head_class = type(captionbert.head)  # captionbert's SentenceHead, from its remote-code module
-        bert_student = BertStudent(bert, head_class(shape["hidden_size"], captionbert.config.output_dim,
-                                                    captionbert.config.layer_norm_eps))
-        students = {"captionbert": captionbert.train(), "bert": bert_student.train(),
-                    "captionbert per-tensor Adam": copy.deepcopy(captionbert)}
-        optimizers = {name: training.adam(model.parameters(), 1e-5) for name, model in students.items()}
-        optimizers["captionbert per-tensor Adam"] = torch.optim.Adam(students["captionbert per-tensor Adam"]
-                                                                     .parameters(), lr=1e-5)  # torch's CPU default
+    def encoder(model, arms_off=False):
+        def run():
+            with model.amoe_off() if arms_off else contextlib.nullcontext():
+                model.encode(texts, batch_size=size, show_progress_bar=False)
+        return run
 
-        def steps(name):
-            def run():
-                for input_ids, attention_mask in train_batches:
-                    with torch.autocast("cpu", dtype=torch.bfloat16, enabled=precision == "bf16"):
-                        terms = captionbert_train.distillation_terms(students[name], input_ids, attention_mask,
-                                                                     targets, train_config)
-                    training.optimiser_step(optimizers[name], terms["loss"])
-            return run
+    outputs = {"bare": bare_trunk.encode(texts, batch_size=size, show_progress_bar=False),
+               **{arms: model.encode(texts, batch_size=size, show_progress_bar=False)
+                  for arms, model in attached.items()}}
+    with attached[sizes[0]].amoe_off():
+        outputs["off"] = attached[sizes[0]].encode(texts, batch_size=size, show_progress_bar=False)
+    amoe = {"shipped_arms": shipped, "arms": list(attached),
+            "off_equals_bare": bool(np.array_equal(outputs["off"], outputs["bare"])),
+            "on_differs_from_bare": all(not np.array_equal(outputs[arms], outputs["bare"]) for arms in attached)}
+    rows, seconds = [], {}
+    for dtype in setup.dtypes:
+        latency = race({**{f"{arms} arms on": in_dtype(encoder(model), dtype) for arms, model in attached.items()},
+                        "arms off": in_dtype(encoder(attached[sizes[0]], arms_off=True), dtype),
+                        "bare": in_dtype(encoder(bare_trunk), dtype)}, config.repeats, f"AMOE encode {dtype}")
+        seconds[dtype] = {"amoe": latency}
+        bare = statistics.median(latency["bare"])
+        for arms in attached:
+            ours = statistics.median(latency[f"{arms} arms on"])
+            which = "the shipped collective's size" if arms == shipped else "--arms"
+            rows.append(row(f"(6) encode {dtype}: {arms} arm(s) on ({which}) vs bare trunk (latency)", "s",
+                            ours, bare, ours / bare, ("<=", 1.15) if arms == shipped else None))
+        ours = statistics.median(latency["arms off"])
+        rows.append(row(f"(6) encode {dtype}: every arm off vs bare trunk (latency)", "s", ours, bare, ours / bare))
+    flops = setup.flops
+    arm_flops = (arm_flops_per_token(setup.shape["hidden_size"], sizes[0]) * sum(setup.lengths)
+                 * setup.shape["num_hidden_layers"])
+    rows.append(row(f"(6) arithmetic floor of {sizes[0]} arm(s): (model + arm FLOPs) / model FLOPs", "GFLOP",
+                    (flops + arm_flops) / 1e9, flops / 1e9, (flops + arm_flops) / flops))
+    equal = float(amoe["off_equals_bare"])
+    rows.append(row("(6) fp32 embeddings, every arm off vs bare trunk: equal", "bool", equal, 1.0, equal,
+                    (">=", 1.0)))
+    return rows, {"amoe": amoe, "seconds": seconds}
 
-        train = race({name: steps(name) for name in students}, config.repeats, "training steps")
-        tokens = sum(int(mask.sum()) for _, mask in train_batches)
-        ours, theirs = statistics.median(train["captionbert"]), statistics.median(train["bert"])
-        rows.append(row(f"(5) training step {precision}: captionbert vs BertModel", "tokens/s", tokens / ours,
-                        tokens / theirs, theirs / ours, (">=", 1.0)))
-        before = statistics.median(train["captionbert per-tensor Adam"])
-        rows.append(row(f"(5b) training step {precision}: captionbert, fused Adam vs per-tensor Adam", "tokens/s",
-                        tokens / ours, tokens / before, before / ours))
-        report["seconds"]["extraction"], report["seconds"]["training"] = extract, train
 
-        # ---- 6: AMOE arms on vs the bare trunk (an identical copy); every arm off must be the bare trunk --------
-        captionbert.eval()
-        bare_trunk = copy.deepcopy(captionbert)
-        shipped = shipped_arm_count()
-        sizes = [arms for arms in dict.fromkeys((shipped, config.arms)) if arms]
-        attached = {}  # arm count -> a copy of the trunk with that many arms attached
-        for arms in sizes:
-            attached[arms] = copy.deepcopy(bare_trunk)
-            with tempfile.TemporaryDirectory() as folder:
-                write_random_collective(Path(folder), attached[arms], arms, config.seed)
-                attached[arms].attach_amoe(path=folder)
+def glyph_embeddings(config):
+    """(7): (rows, report part). The rows: glyph-embedder-v2's embeddings/s through llama.cpp, GGUF f32 and f16, vs
+    PyTorch fp32 on the same generated glyph strings; the part: the seconds under seconds/glyph."""
+    size = config.batch_size
+    with tempfile.TemporaryDirectory() as folder:
+        glyph_texts, glyph_model = build_glyph(Path(folder), config)
+        glyph_tokenizer = AutoTokenizer.from_pretrained(folder)
 
-        def encoder(model, arms_off=False):
-            def run():
-                with model.amoe_off() if arms_off else contextlib.nullcontext():
-                    model.encode(texts, batch_size=size, show_progress_bar=False)
-            return run
+        def torch_glyph():
+            for start in range(0, len(glyph_texts), size):
+                batch = glyph_tokenizer(glyph_texts[start:start + size], padding=True, return_tensors="pt")
+                l2_normalize(masked_mean_pool(glyph_model(**batch).last_hidden_state, batch["attention_mask"]))
 
-        outputs = {"bare": bare_trunk.encode(texts, batch_size=size, show_progress_bar=False),
-                   **{arms: model.encode(texts, batch_size=size, show_progress_bar=False)
-                      for arms, model in attached.items()}}
-        with attached[sizes[0]].amoe_off():
-            outputs["off"] = attached[sizes[0]].encode(texts, batch_size=size, show_progress_bar=False)
-        report["amoe"] = {"shipped_arms": shipped, "arms": list(attached),
-                          "off_equals_bare": bool(np.array_equal(outputs["off"], outputs["bare"])),
-                          "on_differs_from_bare": all(not np.array_equal(outputs[arms], outputs["bare"])
-                                                      for arms in attached)}
-        for dtype in dtypes:
-            latency = race({**{f"{arms} arms on": in_dtype(encoder(model), dtype) for arms, model in attached.items()},
-                            "arms off": in_dtype(encoder(attached[sizes[0]], arms_off=True), dtype),
-                            "bare": in_dtype(encoder(bare_trunk), dtype)}, config.repeats, f"AMOE encode {dtype}")
-            report["seconds"][dtype]["amoe"] = latency
-            bare = statistics.median(latency["bare"])
-            for arms in attached:
-                ours = statistics.median(latency[f"{arms} arms on"])
-                which = "the shipped collective's size" if arms == shipped else "--arms"
-                rows.append(row(f"(6) encode {dtype}: {arms} arm(s) on ({which}) vs bare trunk (latency)", "s",
-                                ours, bare, ours / bare, ("<=", 1.15) if arms == shipped else None))
-            ours = statistics.median(latency["arms off"])
-            rows.append(row(f"(6) encode {dtype}: every arm off vs bare trunk (latency)", "s", ours, bare, ours / bare))
-        arm_flops = (arm_flops_per_token(shape["hidden_size"], sizes[0]) * sum(lengths)
-                     * shape["num_hidden_layers"])
-        rows.append(row(f"(6) arithmetic floor of {sizes[0]} arm(s): (model + arm FLOPs) / model FLOPs", "GFLOP",
-                        (flops + arm_flops) / 1e9, flops / 1e9, (flops + arm_flops) / flops))
-        rows.append(row("(6) fp32 embeddings, every arm off vs bare trunk: equal", "bool",
-                        float(report["amoe"]["off_equals_bare"]), 1.0, float(report["amoe"]["off_equals_bare"]),
-                        (">=", 1.0)))
-        # ---- 7: glyph-embedder-v2 through llama.cpp (GGUF f32, f16) vs PyTorch fp32 --------------------------------
-        with tempfile.TemporaryDirectory() as folder:
-            glyph_texts, glyph_model = build_glyph(Path(folder), config)
-            glyph_tokenizer = AutoTokenizer.from_pretrained(folder)
-
-            def torch_glyph():
-                for start in range(0, len(glyph_texts), size):
-                    batch = glyph_tokenizer(glyph_texts[start:start + size], padding=True, return_tensors="pt")
-                    l2_normalize(masked_mean_pool(glyph_model(**batch).last_hidden_state, batch["attention_mask"]))
-
-            contenders = {"pytorch fp32": in_dtype(torch_glyph, "fp32")}
-            for dtype in ("f32", "f16"):
-                llm = gguf.load_llama(gguf.export_gguf(folder, Path(folder) / f"{dtype}.gguf", dtype))
-                contenders[f"gguf {dtype}"] = lambda llm=llm: gguf.llama_embed(llm, glyph_texts)
-            glyph = race(contenders, config.repeats, "glyph embeddings")
-        report["seconds"]["glyph"] = glyph
-        reference = len(glyph_texts) / statistics.median(glyph["pytorch fp32"])
+        contenders = {"pytorch fp32": in_dtype(torch_glyph, "fp32")}
         for dtype in ("f32", "f16"):
-            ours = len(glyph_texts) / statistics.median(glyph[f"gguf {dtype}"])
-            rows.append(row(f"(7) glyph: llama.cpp GGUF {dtype} vs PyTorch fp32 (throughput)", "emb/s", ours,
-                            reference, ours / reference))
+            llm = gguf.load_llama(gguf.export_gguf(folder, Path(folder) / f"{dtype}.gguf", dtype))
+            contenders[f"gguf {dtype}"] = lambda llm=llm: gguf.llama_embed(llm, glyph_texts)
+        glyph = race(contenders, config.repeats, "glyph embeddings")
+    reference = len(glyph_texts) / statistics.median(glyph["pytorch fp32"])
+    rows = []
+    for dtype in ("f32", "f16"):
+        ours = len(glyph_texts) / statistics.median(glyph[f"gguf {dtype}"])
+        rows.append(row(f"(7) glyph: llama.cpp GGUF {dtype} vs PyTorch fp32 (throughput)", "emb/s", ours,
+                        reference, ours / reference))
+    return rows, {"seconds": {"glyph": glyph}}
 
-        # ---- 8: geolip: all segments through the base in one call vs a call per segment; latency vs length --------
-        geolip = geolip_data.build_model(geolip_data.Config(out=Path("-"), **geolip_data.PRESETS["cpu"]),
-                                         teacher_dim=768)
-        cut = (geolip.config.segment_size, geolip.config.segment_stride, geolip.config.max_segments)
-        long_texts = random.Random(config.seed).sample(corpus.build(config.data_dir, ["imageinwords"])[0],
-                                                       config.geolip_texts)
-        content = geolip.content_ids(long_texts)
-        pieces = [ids[start:end] for ids in content for start, end in segment_spans(len(ids), *cut)]
-        base_calls = race({"one batched call": in_dtype(lambda: geolip.segments(content), "fp32"),
-                           "a call per segment": in_dtype(lambda: [geolip.segments([piece]) for piece in pieces],
-                                                          "fp32")}, config.repeats, "geolip base calls")
-        ours, theirs = statistics.median(base_calls["one batched call"]), statistics.median(
-            base_calls["a call per segment"])
-        rows.append(row(f"(8) geolip base: one batched call vs a call per segment ({len(pieces)})", "segments/s",
-                        len(pieces) / ours, len(pieces) / theirs, theirs / ours, (">=", 3.0)))
-        lengths = [cut[0] + (segments - 1) * cut[1] for segments in (1, 4, 8, 16, 32)]  # 18 .. 452 tokens
-        by_length = {n: [ids[:n] for ids in content] for n in lengths}
-        latency = race({n: in_dtype(lambda ids=ids: geolip.embed(ids), "fp32")
-                        for n, ids in by_length.items()}, config.repeats, "geolip encode vs length")
-        one_segment = statistics.median(latency[lengths[0]])
-        for n, ids in by_length.items():
-            longest = max(map(len, ids))
-            segments = len(segment_spans(longest, *cut))
-            rows.append(row(f"(8) geolip encode fp32: {len(ids)} texts of <= {n} tokens ({segments} segments) vs 1 "
-                            "segment (latency)", "s", statistics.median(latency[n]), one_segment,
-                            statistics.median(latency[n]) / one_segment))
-        report["seconds"]["geolip"] = {"base_calls": base_calls, "encode": {str(n): t for n, t in latency.items()}}
-        report["geolip"] = {"texts": len(long_texts), "segments": len(pieces), "tokens": sum(map(len, content))}
-        report.update(long_input=long, load_average_at_end=os.getloadavg(), rows=rows)
 
-        # ---- report ----------------------------------------------------------------------------------------------
-        header = f"{'measurement':<60} {'unit':>10} {'ours':>9} {'reference':>9} {'ratio':>6} {'target':>7}  verdict"
-        lines = [header, "-" * len(header)]
-        for r in rows:
-            verdict = "-" if r["met"] is None else "met" if r["met"] else "MISSED"
-            lines.append(f"{r['name']:<60} {r['unit']:>10} {r['ours']:>9.3g} {r['reference']:>9.3g} "
-                         f"{r['ratio']:>6.3g} {r['target'] or '':>7}  {verdict}")
-        lines.append(f"targets met: {sum(r['met'] is True for r in rows)} of {sum(r['met'] is not None for r in rows)}")
-        lines.append(f"load average (1 min): {report['load_average_at_start'][0]:.2f} at start, "
-                     f"{report['load_average_at_end'][0]:.2f} at end, on {os.cpu_count()} cores "
-                     f"(above the core count, other processes shared the CPU and timings are noisy)")
-        table = "\n".join(lines)
+def geolip_segments(config):
+    """(8): (rows, report part). The rows: geolip's base on every segment of a seeded sample of long descriptions in
+    one batched call vs a call per segment, then its encode latency on the sample cut to 1 .. 32 segments vs one
+    segment; the part: the seconds under seconds/geolip and the sample's size under geolip."""
+    geolip = geolip_data.build_model(geolip_data.Config(out=Path("-"), **geolip_data.PRESETS["cpu"]),
+                                     teacher_dim=768)
+    cut = (geolip.config.segment_size, geolip.config.segment_stride, geolip.config.max_segments)
+    long_texts = random.Random(config.seed).sample(corpus.build(config.data_dir, ["imageinwords"])[0],
+                                                   config.geolip_texts)
+    content = geolip.content_ids(long_texts)
+    pieces = [ids[start:end] for ids in content for start, end in segment_spans(len(ids), *cut)]
+    base_calls = race({"one batched call": in_dtype(lambda: geolip.segments(content), "fp32"),
+                       "a call per segment": in_dtype(lambda: [geolip.segments([piece]) for piece in pieces],
+                                                      "fp32")}, config.repeats, "geolip base calls")
+    ours, theirs = statistics.median(base_calls["one batched call"]), statistics.median(
+        base_calls["a call per segment"])
+    rows = [row(f"(8) geolip base: one batched call vs a call per segment ({len(pieces)})", "segments/s",
+                len(pieces) / ours, len(pieces) / theirs, theirs / ours, (">=", 3.0))]
+    lengths = [cut[0] + (segments - 1) * cut[1] for segments in (1, 4, 8, 16, 32)]  # 18 .. 452 tokens
+    by_length = {n: [ids[:n] for ids in content] for n in lengths}
+    latency = race({n: in_dtype(lambda ids=ids: geolip.embed(ids), "fp32")
+                    for n, ids in by_length.items()}, config.repeats, "geolip encode vs length")
+    one_segment = statistics.median(latency[lengths[0]])
+    for n, ids in by_length.items():
+        segments = len(segment_spans(max(map(len, ids)), *cut))
+        rows.append(row(f"(8) geolip encode fp32: {len(ids)} texts of <= {n} tokens ({segments} segments) vs 1 "
+                        "segment (latency)", "s", statistics.median(latency[n]), one_segment,
+                        statistics.median(latency[n]) / one_segment))
+    return rows, {"seconds": {"geolip": {"base_calls": base_calls, "encode": {str(n): t for n, t in latency.items()}}},
+                  "geolip": {"texts": len(long_texts), "segments": len(pieces), "tokens": sum(map(len, content))}}
+
+
+def merge(report, part):
+    """Adds a measurement's report part to `report` in place, nested dicts key by key (so seconds/<dtype> can gain
+    amoe after forward and encode); returns None."""
+    for key, value in part.items():
+        if isinstance(value, dict) and isinstance(report.get(key), dict):
+            merge(report[key], value)
+        else:
+            report[key] = value
+
+
+def format_table(report):
+    """The printed table of report["rows"] (ours, reference, ratio, target, verdict), the targets met and the load
+    averages at start and end, as one string."""
+    rows = report["rows"]
+    header = f"{'measurement':<60} {'unit':>10} {'ours':>9} {'reference':>9} {'ratio':>6} {'target':>7}  verdict"
+    lines = [header, "-" * len(header)]
+    for r in rows:
+        verdict = "-" if r["met"] is None else "met" if r["met"] else "MISSED"
+        lines.append(f"{r['name']:<60} {r['unit']:>10} {r['ours']:>9.3g} {r['reference']:>9.3g} "
+                     f"{r['ratio']:>6.3g} {r['target'] or '':>7}  {verdict}")
+    lines.append(f"targets met: {sum(r['met'] is True for r in rows)} of {sum(r['met'] is not None for r in rows)}")
+    lines.append(f"load average (1 min): {report['load_average_at_start'][0]:.2f} at start, "
+                 f"{report['load_average_at_end'][0]:.2f} at end, on {os.cpu_count()} cores "
+                 f"(above the core count, other processes shared the CPU and timings are noisy)")
+    return "\n".join(lines)
+
+
+def main(argv=None):
+    """Runs the measurements (1) .. (8) in order on one shared setup, prints the table and writes report.json and
+    table.txt beside the run record; returns 0."""
+    config = parse_config(argv)
+    torch.set_num_threads(os.cpu_count())
+    with runs.RunRecord(runs.timestamped(config.out, "bench"), config, "bench") as record:
+        setup = build_setup(config)
+        report = opening_report(setup)
+        results = [throughput(config, setup), long_input_memory(config)]
+        mix, mix_ids = corpus_sample(config, setup.tokenizer)
+        results += [extraction(config, setup, mix, mix_ids), training_steps(config, setup, mix_ids),
+                    amoe_arms(config, setup), glyph_embeddings(config), geolip_segments(config)]
+        rows = []
+        for family_rows, part in results:
+            rows += family_rows
+            merge(report, part)
+        report.update(load_average_at_end=os.getloadavg(), rows=rows)
+        table = format_table(report)
         print(table)
         runs.write_json(record.folder / "report.json", report)
         (record.folder / "table.txt").write_text(table + "\n")
     print(f"wrote {record.folder}")
     return 0
+
 
 if __name__ == "__main__":
     sys.exit(main())
