@@ -3,9 +3,12 @@
 import json
 import math
 
+import pytest
+
 from tools import bench, training
 
 
+@pytest.mark.slow
 def test_bench_tiny_run_writes_finite_positive_ratios(tmp_path, data_dir):
     argv = ["--captions", "16", "--batch-size", "8", "--repeats", "1", "--long-tokens", "256", "--peak-size", "256",
             "--corpus-texts", "32", "--train-steps", "1", "--tiny", "--glyph-texts", "24", "--geolip-texts", "4",

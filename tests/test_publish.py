@@ -89,6 +89,7 @@ def run(args, env, cwd=ROOT):
     return completed.stdout
 
 
+@pytest.mark.slow
 def test_without_a_token_it_checks_and_lists_the_folder_and_uploads_nothing(tiny, tmp_path):
     folder, model_files, _ = tiny
     with serve(TOKEN) as hub:
@@ -105,6 +106,7 @@ def test_without_a_token_it_checks_and_lists_the_folder_and_uploads_nothing(tiny
     assert f"its AMOE arms {ROSTER} attach" in output
 
 
+@pytest.mark.slow
 def test_publish_uploads_exactly_the_folder_and_the_repo_loads_by_id_offline(tiny, tmp_path):
     folder, model_files, expected = tiny
     hf_home, record = tmp_path / "hf-home", tmp_path / "record"
@@ -209,6 +211,7 @@ def test_an_upload_without_a_terminal_needs_yes(tmp_path, monkeypatch):
         publish.main(["--repo-prefix", PREFIX, "--folders", str(tmp_path / "captionbert-8192-v2"), "--token", TOKEN])
 
 
+@pytest.mark.slow
 def test_at_a_terminal_nothing_goes_up_without_a_yes(tiny, monkeypatch, capsys):
     monkeypatch.setattr(sys, "stdin", Terminal("n\n"))
     with serve(TOKEN) as hub:

@@ -34,6 +34,7 @@ def test_gauge_captions_are_distinct_test_images(data_dir):
     assert len(captions) == 1000 and len(set(captions)) > 990
 
 
+@pytest.mark.slow
 def test_encoder_kinds_agree(tiny_captionbert):
     texts = ["A man is playing a guitar.", "A man plays the guitar.", "The stock market fell sharply today.", "x"]
     options = encoders.EncodeOptions(batch_size=2, show_progress=False)
@@ -60,6 +61,7 @@ def test_encoder_kinds_agree(tiny_captionbert):
         encoders.load("no/such/folder/here")
 
 
+@pytest.mark.slow
 def test_all_minilm_l6_v2_reproduces_its_published_scores(data_dir, tmp_path):
     assert evaluate.main(["--encoder", "teacher:all-MiniLM-L6-v2", "--data-dir", str(data_dir),
                           "--out", str(tmp_path), "--gauge-captions", "200"]) == 0
@@ -72,6 +74,7 @@ def test_all_minilm_l6_v2_reproduces_its_published_scores(data_dir, tmp_path):
     assert run["status"] == "ok" and run["versions"]["transformers"]
 
 
+@pytest.mark.slow
 def test_model2vec_distills_a_local_teacher_with_the_pinned_transformers(tmp_path, monkeypatch):
     """model2vec.distill (installed without its `distill` extra, which pins transformers<5.4) runs on the local
     all-MiniLM-L6-v2 folder offline, caches the static model by the teacher's weights, and embeds sensibly."""

@@ -168,6 +168,7 @@ def _run_isolated(source, out, cwd, hf_home):
     return np.load(out)
 
 
+@pytest.mark.slow
 def test_fresh_process_loads_the_folder_and_reproduces_embeddings_exactly(tmp_path):
     folder, expected = _reference_embeddings(tmp_path)
     elsewhere = tmp_path / "elsewhere"
@@ -176,6 +177,7 @@ def test_fresh_process_loads_the_folder_and_reproduces_embeddings_exactly(tmp_pa
     np.testing.assert_array_equal(loaded, expected)
 
 
+@pytest.mark.slow
 def test_hub_cache_snapshot_loads_by_repo_id_offline(tmp_path):
     folder, expected = _reference_embeddings(tmp_path)
     hf_home = tmp_path / "hf-home"

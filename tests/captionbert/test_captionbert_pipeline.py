@@ -21,6 +21,8 @@ from tools.captionbert import data as captionbert_data
 from tools.captionbert.data import write_shard
 from tools.captionbert.extract import Config, load_corpus
 
+pytestmark = pytest.mark.slow  # the pipeline's tools run end to end on tiny teachers and real captions
+
 
 def shard_bytes(folder):
     return {str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.glob("*/shard-*.safetensors"))}

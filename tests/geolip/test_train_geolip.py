@@ -20,6 +20,7 @@ from tools.geolip import data as geolip_data
 from tools.geolip import metrics as geolip_metrics
 
 
+@pytest.mark.slow
 def test_tiny_run_trains_evaluates_and_exports_a_loadable_folder(tmp_path, data_dir):
     base, teacher = tiny_teacher(tmp_path / "base", 32, seed=3), tiny_teacher(tmp_path / "teacher", 48, seed=4)
     out = tmp_path / "run"

@@ -140,6 +140,7 @@ def test_a_finished_run_is_not_redone_and_another_config_is_refused(trained, cor
         glyph_train.main(["--corpus", str(trained), "--out", str(trained / "other")])
 
 
+@pytest.mark.slow
 def test_training_resumes_exactly_after_kill_in_either_stage(tmp_path, corpus):
     common = ["--corpus", corpus, *TINY_MODEL]
     finish(run_tool("glyph.train", "--out", tmp_path / "straight", *common))
@@ -187,6 +188,7 @@ def test_corpus_is_not_rebuilt_and_other_options_are_refused(corpus, capsys):
         glyph_corpus.main(["--out", str(corpus), *map(str, TINY_CORPUS), "--seed", "5"])
 
 
+@pytest.mark.slow
 def test_export_fills_a_folder_that_loads_without_custom_code_and_in_llama_cpp(tmp_path, corpus, trained):
     from tools.glyph import export as glyph_export
 

@@ -109,6 +109,7 @@ def tiny_trunk(tmp_path_factory):
     return folder
 
 
+@pytest.mark.slow
 def test_train_amoe_solo_dispatch_select_end_to_end(tiny_trunk, tmp_path, data_dir, monkeypatch):
     from transformers import AutoModel
 
