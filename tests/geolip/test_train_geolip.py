@@ -9,7 +9,7 @@ import shutil
 import numpy as np
 import pytest
 import torch
-from transformers import AutoModel
+from transformers import AutoModel, AutoTokenizer
 
 from helpers import ROOT, assert_card_from_records, tiny_teacher
 from tools import corpus, teachers
@@ -104,6 +104,31 @@ def test_tiny_run_trains_evaluates_and_exports_a_loadable_folder(tmp_path, data_
     with pytest.raises(SystemExit, match="other weights"):
         geolip_export.main(["--train", str(out), "--eval", str(tmp_path / "eval"), "--out", str(tmp_path / "x"),
                             "--to", str(folder)])
+
+
+@pytest.mark.slow
+def test_hard_negative_groups_of_training_texts_join_every_batch(tmp_path, data_dir):
+    """--hard-negative-groups: spliced groups of training texts (never held out), embedded by the teacher into their
+    own cache, one group in every batch; the card says so. A batch that cannot hold a group besides other texts is
+    refused."""
+    base, teacher = tiny_teacher(tmp_path / "base", 32, seed=3), tiny_teacher(tmp_path / "teacher", 48, seed=4)
+    out = tmp_path / "run"
+    argv = ["--out", str(out), "--data-dir", str(data_dir), "--base", str(base), "--teacher", str(teacher),
+            "--validation-texts", "24", "--flickr-captions", "0", "--steps", "2", "--batch-size", "5",
+            "--splice-k", "3", "--splice-groups", "2", "--hard-negative-groups", "2", "--init-texts", "8",
+            "--cv-target-texts", "2", "--cv-samples", "4", "--fusion-layers", "2", "--memory-slots", "4",
+            "--memory-heads", "2"]
+    with pytest.raises(SystemExit, match="hard-negative-groups"):
+        geolip_train.main([*argv, "--batch-size", "3"])
+    assert geolip_train.main(argv) == 0
+    assert json.loads((out / "metrics.json").read_text())["hard_negative_groups"] == 2
+    config = geolip_data.training_config(out)
+    training, validation = geolip_data.split_texts(config)
+    hard, _ = geolip_data.spliced_tails(AutoTokenizer.from_pretrained(base), training, 77, 3, 2, config.seed + 1)
+    cached = geolip_data.cached_teacher_embeddings(config, hard, part="hard-negatives")
+    assert len(hard) == 6 and cached.shape == (6, 48)
+    held_out_prefixes = {text[:200] for text in validation}
+    assert not any(text[:200] in held_out_prefixes for text in hard)  # built from training texts alone
 
 
 def test_retrieval_measures_on_known_cases():

@@ -48,6 +48,8 @@ class Config:
     base_window: int = 77  # tokens the base reads at once, special tokens included (CLIP's context length)
     splice_k: int = 10  # texts per spliced-tails group (the window row scores 1 / splice_k)
     splice_groups: int = 100  # spliced-tails groups, at most one per held-out text long enough to give a prefix
+    hard_negative_groups: int = 0  # spliced-tails groups of training texts (their own teacher embeddings): each
+    #                                batch holds one, splice_k texts that share their window and differ after it
     segment_size: int = 18
     segment_stride: int = 14
     max_segments: int = 32
@@ -168,31 +170,34 @@ def teacher_encode(config, teacher, texts):
         return teacher.encode(texts).astype(np.float32)
 
 
-def teacher_cache(config, texts):
-    """(the cache file of the teacher's embeddings of `texts`: config.teacher_cache or out/teacher.npy, its index
-    <name>-texts.json, and what the index must hold: the teacher, its precision and the texts)."""
+def teacher_cache(config, texts, part=""):
+    """(the cache file of the teacher's embeddings of `texts`: config.teacher_cache or out/teacher.npy, or beside it
+    <stem>-<part>.npy for another set of texts, its index <name>-texts.json, and what the index must hold: the
+    teacher, its precision and the texts)."""
     cache = config.teacher_cache or config.out / "teacher.npy"
+    cache = cache.with_name(f"{cache.stem}-{part}.npy") if part else cache
     key = {"teacher": config.teacher, "teacher_precision": config.teacher_precision, "texts": texts}
     return cache, cache.with_name(cache.stem + "-texts.json"), key
 
 
-def cached_teacher_embeddings(config, texts):
+def cached_teacher_embeddings(config, texts, part=""):
     """The cached teacher embeddings of `texts` (N, D), or None when the cache holds anything else."""
-    cache, index, key = teacher_cache(config, texts)
+    cache, index, key = teacher_cache(config, texts, part)
     if cache.exists() and index.exists() and runs.read_json(index) == key:
         return np.load(cache)
     return None
 
 
-def teacher_embeddings(config, teacher, texts):
-    """teacher_encode(texts), through the cache (teacher_cache). Texts are embedded TEACHER_CHUNK at a time, each
-    chunk saved to <cache>-partial.npy (indexed like the cache), so a run killed during the teacher's pass (an hour
-    of float32 on 2 cores) resumes at its last saved chunk."""
-    embeddings = cached_teacher_embeddings(config, texts)
+def teacher_embeddings(config, teacher, texts, part=""):
+    """teacher_encode(texts), through the cache (teacher_cache; `part` names another set of texts beside the main
+    one). Texts are embedded TEACHER_CHUNK at a time, each chunk saved to <cache>-partial.npy (indexed like the
+    cache), so a run killed during the teacher's pass (an hour of float32 on 2 cores) resumes at its last saved
+    chunk."""
+    embeddings = cached_teacher_embeddings(config, texts, part)
     if embeddings is not None:
-        print(f"teacher embeddings from the cache {teacher_cache(config, texts)[0]}")
+        print(f"teacher embeddings from the cache {teacher_cache(config, texts, part)[0]}")
         return embeddings
-    cache, index, key = teacher_cache(config, texts)
+    cache, index, key = teacher_cache(config, texts, part)
     partial = cache.with_name(cache.stem + "-partial.npy")
     partial_index = cache.with_name(cache.stem + "-partial-texts.json")
     cache.parent.mkdir(parents=True, exist_ok=True)

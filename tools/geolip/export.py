@@ -230,6 +230,7 @@ def card_context(train_config, train, evaluation, export, ablation=None):
                if memory[key] is not None]
     validation = train["history"]["validation"]
     return {
+        "hard_negative_groups": train.get("hard_negative_groups", 0),  # runs before the option trained without
         "metadata": cards.front_matter(
             library_name="transformers", pipeline_tag="feature-extraction",
             tags=["sentence-embeddings", "remote-code", "long-context", "distillation"],

@@ -79,6 +79,9 @@ def parse_config(argv):
         raise SystemExit("--batch-size must be at least 2 (InfoNCE needs in-batch negatives)")
     if config.splice_k < 2:
         raise SystemExit("--splice-k must be at least 2 (a group of one retrieves itself)")
+    if config.hard_negative_groups < 0 or (config.hard_negative_groups and config.batch_size <= config.splice_k):
+        raise SystemExit("--hard-negative-groups must be >= 0, and with groups the batch must hold one group of "
+                         f"--splice-k {config.splice_k} and other texts")
     config.precision = resolve_precision(config.precision, "cpu")  # before the run record, which keeps what ran
     config.teacher_precision = resolve_precision(config.teacher_precision, "cpu")
     return config
@@ -114,23 +117,31 @@ def main(argv=None):
         return 0
     torch.manual_seed(config.seed)
     training, validation = split_texts(config)
-    splice, skipped = spliced_tails(AutoTokenizer.from_pretrained(base_folder(config.base)), validation,
-                                    config.base_window, config.splice_k, config.splice_groups, config.seed)
+    tokenizer = AutoTokenizer.from_pretrained(base_folder(config.base))
+    splice, skipped = spliced_tails(tokenizer, validation, config.base_window, config.splice_k, config.splice_groups,
+                                    config.seed)
+    # Hard negatives: spliced groups of training texts, k texts that only their tails tell apart (none held out).
+    hard, _ = (spliced_tails(tokenizer, training, config.base_window, config.splice_k, config.hard_negative_groups,
+                             config.seed + 1) if config.hard_negative_groups else ([], 0))
     _, teacher = encoders.load(config.teacher)
 
     with runs.RunRecord(config.out, config, "geolip.train") as record:
         started = time.perf_counter()
         targets = torch.from_numpy(teacher_embeddings(config, teacher, training + validation + splice))
+        hard_targets = (torch.from_numpy(teacher_embeddings(config, teacher, hard, part="hard-negatives"))
+                        if hard else None)
         teacher_minutes = (time.perf_counter() - started) / 60  # ~0 when the cache held them
         train_targets, validation_targets, splice_targets = targets.split([len(training), len(validation),
                                                                            len(splice)])
         model = build_model(config, targets.shape[1])
         whole = whole_window(config, model.config.base)
-        train_ids = model.content_ids(training)
+        train_ids, hard_ids = model.content_ids(training), model.content_ids(hard)
+        hard_groups, k = len(hard) // config.splice_k, config.splice_k
         trainable = model.trainable_parameters()
         print(f"geolip: frozen base {sum(p.numel() for p in model.base.parameters()):,} parameters, trainable "
               f"{sum(p.numel() for p in trainable):,}; {len(training)} training texts, {len(validation)} held out; "
               f"{len(splice) // config.splice_k} spliced-tails groups of {config.splice_k} ({skipped} skipped); "
+              f"{hard_groups} hard-negative groups of training texts; "
               + (f"whole-text row at {whole} tokens" if whole else
                  f"no whole-text row: the base reads no more than its {config.base_window}-token window"))
         target_cv, cv_texts = cv_target(config, model, teacher, train_ids)
@@ -149,13 +160,17 @@ def main(argv=None):
               f"{init['cosine_after']:.3f}; teacher CV target {target_cv:.4f} ({cv_texts} texts)")
 
         def loss_at(step):
-            rows = batch_at(step, len(training), config.batch_size, config.seed)
+            rows = batch_at(step, len(training), config.batch_size - (k if hard_groups else 0), config.seed)
+            ids, teacher_rows = [train_ids[i] for i in rows], train_targets[rows]
+            if hard_groups:  # the step's group of hard negatives joins the batch
+                group = slice(step % hard_groups * k, (step % hard_groups + 1) * k)
+                ids, teacher_rows = ids + hard_ids[group], torch.cat([teacher_rows, hard_targets[group]])
             with sdpa_kernel(SDPBackend.MATH):  # on a CPU, bf16 flash attention's backward is ~10x slower here
-                output = model.embed([train_ids[i] for i in rows])
+                output = model.embed(ids)
             with torch.autocast(output.pooler_output.device.type, enabled=False):  # the losses in float32
-                student, teacher_rows = output.last_hidden_state[:, 0].float(), train_targets[rows]
-                counts = [len(segment_spans(len(train_ids[i]), config.segment_size, config.segment_stride,
-                                            config.max_segments)) for i in rows]
+                student = output.last_hidden_state[:, 0].float()
+                counts = [len(segment_spans(len(row), config.segment_size, config.segment_stride,
+                                            config.max_segments)) for row in ids]
                 anchor_sets = [chunk for chunk in output.segment_anchors.float().split(counts) if len(chunk) >= 5]
                 generator = torch.Generator().manual_seed(config.seed * 1_000_000 + step)  # resumes exactly
                 terms = {"info_nce": info_nce_with_hard_negatives(model.projector(student), teacher_rows, None,
@@ -196,6 +211,7 @@ def main(argv=None):
                             validation_label="validation m_acc", validation_limits=(0, 1))],
                      config.out / "training_curve.png")
         metrics = {"training_texts": len(training), "validation_texts": len(validation),
+                   "hard_negative_groups": hard_groups,
                    "trainable_parameters": sum(p.numel() for p in trainable),
                    "base_parameters": sum(p.numel() for p in model.base.parameters()),
                    "projector_init": init, "cv_target": {"value": target_cv, "texts": cv_texts},
