@@ -7,9 +7,8 @@ Usage:
     python -m tools.demo --force          # rebuild every step from scratch (make demo FORCE=1)
     python -m tools.demo --list           # the steps, whether each is finished and its minutes; runs nothing
 
-Two budgets (BUDGETS): quick, make demo's default, with shorter training and weaker models (358 min of steps on a
-2-core AVX2-only CPU); cpu runs every tool's cpu preset, the settings each model's goals were measured at (about
-4.9 h on 2 cores with AVX-512 BF16, far longer without it). Each
+Two budgets (BUDGETS): quick, make demo's default, with shorter training and weaker models; cpu runs every tool's
+cpu preset, the settings each model's goals were measured at (`--list` shows each step's minutes as built). Each
 has its own runs folder; both export to the same three Hub folders, so an export step whose folder the other budget
 has written since runs again, and `make cards` follows whichever export wrote each folder last.
 

@@ -196,6 +196,13 @@ def weights_hash(source):
     return runs.files_sha256(files, source)
 
 
+def require_scored(recorded_hash, folder, evaluation):
+    """SystemExit unless `recorded_hash` (the weights_sha256 an evaluation run recorded) is `folder`'s weights: an
+    export's card must describe the weights it ships."""
+    if recorded_hash != weights_hash(folder):
+        raise SystemExit(f"{evaluation} scored other weights than {folder}: evaluate them again")
+
+
 TEACHERS = ("all-mpnet-base-v2", "all-MiniLM-L6-v2", "paraphrase-MiniLM-L3-v2")
 
 

@@ -20,15 +20,23 @@ from tools.geolip import data as geolip_data
 from tools.geolip import metrics as geolip_metrics
 
 
-@pytest.mark.slow
-def test_tiny_run_trains_evaluates_and_exports_a_loadable_folder(tmp_path, data_dir):
+def tiny_run(tmp_path, data_dir, **options):
+    """(base folder, out folder, argv) of train.main on a tiny frozen base (32 wide) and teacher (48), 24 held-out
+    texts and a tiny memory; options: more --flags (name=value)."""
     base, teacher = tiny_teacher(tmp_path / "base", 32, seed=3), tiny_teacher(tmp_path / "teacher", 48, seed=4)
     out = tmp_path / "run"
     argv = ["--out", str(out), "--data-dir", str(data_dir), "--base", str(base), "--teacher", str(teacher),
-            "--validation-texts", "24", "--flickr-captions", "16", "--steps", "4", "--batch-size", "4",
-            "--validate-every", "2", "--checkpoint-every", "2", "--log-every", "1", "--init-texts", "16",
-            "--cv-target-texts", "3", "--cv-samples", "4", "--fusion-layers", "2", "--memory-slots", "4",
-            "--memory-heads", "2", "--splice-groups", "3"]
+            "--validation-texts", "24", "--cv-samples", "4", "--fusion-layers", "2", "--memory-slots", "4",
+            "--memory-heads", "2"]
+    for name, value in options.items():
+        argv += ["--" + name.replace("_", "-"), str(value)]
+    return base, out, argv
+
+
+@pytest.mark.slow
+def test_tiny_run_trains_evaluates_and_exports_a_loadable_folder(tmp_path, data_dir):
+    base, out, argv = tiny_run(tmp_path, data_dir, flickr_captions=16, steps=4, batch_size=4, validate_every=2,
+                               checkpoint_every=2, log_every=1, init_texts=16, cv_target_texts=3, splice_groups=3)
     assert geolip_train.main(argv) == 0
     metrics = json.loads((out / "metrics.json").read_text())
     final = metrics["final"]
@@ -109,15 +117,9 @@ def test_tiny_run_trains_evaluates_and_exports_a_loadable_folder(tmp_path, data_
 @pytest.mark.slow
 def test_hard_negative_groups_of_training_texts_join_every_batch(tmp_path, data_dir):
     """--hard-negative-groups: spliced groups of training texts (never held out), embedded by the teacher into their
-    own cache, one group in every batch; the card says so. A batch that cannot hold a group besides other texts is
-    refused."""
-    base, teacher = tiny_teacher(tmp_path / "base", 32, seed=3), tiny_teacher(tmp_path / "teacher", 48, seed=4)
-    out = tmp_path / "run"
-    argv = ["--out", str(out), "--data-dir", str(data_dir), "--base", str(base), "--teacher", str(teacher),
-            "--validation-texts", "24", "--flickr-captions", "0", "--steps", "2", "--batch-size", "5",
-            "--splice-k", "3", "--splice-groups", "2", "--hard-negative-groups", "2", "--init-texts", "8",
-            "--cv-target-texts", "2", "--cv-samples", "4", "--fusion-layers", "2", "--memory-slots", "4",
-            "--memory-heads", "2"]
+    own cache, one group in every batch. A batch that cannot hold a group besides other texts is refused."""
+    base, out, argv = tiny_run(tmp_path, data_dir, flickr_captions=0, steps=2, batch_size=5, splice_k=3,
+                               splice_groups=2, hard_negative_groups=2, init_texts=8, cv_target_texts=2)
     with pytest.raises(SystemExit, match="hard-negative-groups"):
         geolip_train.main([*argv, "--batch-size", "3"])
     assert geolip_train.main(argv) == 0

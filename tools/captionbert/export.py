@@ -76,8 +76,7 @@ def check_inputs(config):
     metrics = runs.read_json(config.eval / "metrics.json")
     if STUDENT not in metrics:
         raise SystemExit(f"{config.eval} has no row {STUDENT!r}: evaluate with --encoder {STUDENT}={final}")
-    if metrics[STUDENT]["weights_sha256"] != encoders.weights_hash(final):
-        raise SystemExit(f"{config.eval} scored other weights than {final}: evaluate the student again")
+    encoders.require_scored(metrics[STUDENT]["weights_sha256"], final, config.eval)
     if config.long is not None and runs.read_json(config.long / "metrics.json")["weights_sha256"] != metrics[STUDENT][
             "weights_sha256"]:
         raise SystemExit(f"{config.long} scored other weights than {final}: run tools.captionbert.long_inputs again")

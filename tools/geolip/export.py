@@ -287,8 +287,7 @@ def main(argv=None):
     config = parse_config(argv)
     final = config.train / "final"
     evaluation = runs.read_json(config.eval / "metrics.json")
-    if evaluation["weights_sha256"] != encoders.weights_hash(final):
-        raise SystemExit(f"{config.eval} scored other weights than {final}: evaluate the model again")
+    encoders.require_scored(evaluation["weights_sha256"], final, config.eval)
 
     with runs.RunRecord(config.out, config, "geolip.export"):
         config.to.mkdir(parents=True, exist_ok=True)

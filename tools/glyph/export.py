@@ -178,8 +178,7 @@ def main(argv=None):
     evaluation = runs.read_json(config.eval / "metrics.json")
     if MODEL not in evaluation["rows"]:
         raise SystemExit(f"{config.eval} has no row {MODEL!r}: evaluate with --encoder {MODEL}={final}")
-    if evaluation["rows"][MODEL]["weights_sha256"] != encoders.weights_hash(final):
-        raise SystemExit(f"{config.eval} scored other weights than {final}: evaluate the model again")
+    encoders.require_scored(evaluation["rows"][MODEL]["weights_sha256"], final, config.eval)
 
     with runs.RunRecord(config.out, config, "glyph.export"):
         config.to.mkdir(parents=True, exist_ok=True)
