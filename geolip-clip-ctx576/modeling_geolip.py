@@ -17,20 +17,18 @@ The teacher projector (hidden -> 1,024) is used in training only. Legend: B text
 tokens per segment (segment_size + 2), W the window (base_window), L fused layers, D hidden, M memory slots.
 """
 
-import sys
 import warnings
 from dataclasses import dataclass
 
 import torch
 from torch import nn
-from tqdm.auto import tqdm
-from transformers import AutoModel, AutoTokenizer, PreTrainedModel
+from transformers import AutoModel, PreTrainedModel
 from transformers import initialization as init
 from transformers.modeling_outputs import BaseModelOutputWithPooling
 
 from .configuration_geolip import GeolipConfig
-from .shared_checks import (check_batch_size, check_finite, check_finite_embeddings, check_texts,
-                            check_tokenizer)
+from .shared_checks import check_finite, check_texts
+from .shared_encoding import TextEncoderMixin
 from .shared_identity import embedding_space, trunk_hash
 from .shared_pooling import l2_normalize, masked_mean_pool
 from .shared_segments import covered_tokens, segment_batch, window_batch
@@ -134,8 +132,9 @@ class GeolipPreTrainedModel(PreTrainedModel):
         return model
 
 
-class GeolipModel(GeolipPreTrainedModel):
-    """The frozen base plus the geometric memory. `forward(texts)` and `encode(texts)` take strings."""
+class GeolipModel(TextEncoderMixin, GeolipPreTrainedModel):
+    """The frozen base plus the geometric memory. `forward(texts)` and `encode(texts)` (shared_encoding.py) take
+    strings."""
 
     def __init__(self, config: GeolipConfig):
         super().__init__(config)
@@ -149,7 +148,6 @@ class GeolipModel(GeolipPreTrainedModel):
         self.readout = CrossAttentionBlock(hidden, config.memory_heads, config.layer_norm_eps)
         self.residual_projection = nn.Linear(hidden, hidden, bias=False)  # what the readout adds; zero at init
         self.projector = nn.Linear(hidden, config.teacher_dim, bias=False)  # student -> teacher space (training)
-        self._tokenizer = None
         self.post_init()
 
     def train(self, mode=True):
@@ -235,21 +233,17 @@ class GeolipModel(GeolipPreTrainedModel):
         return GeolipOutput(last_hidden_state=embedding, pooler_output=l2_normalize(embedding[:, 0]),
                             segment_anchors=anchors)
 
-    # ---- user API -------------------------------------------------------------------------------------------------
+    # ---- tokens, and what encode and tokenizer (shared_encoding.py) need ----------------------------------------
+
+    encode_batch_size = 32
 
     @property
-    def tokenizer(self):
-        """The base's tokenizer shipped beside the weights, loaded on first use; its vocabulary must be the base's."""
-        if self._tokenizer is None:
-            if not self.name_or_path:
-                raise ValueError("this model was not loaded from a folder or repo, so it has no tokenizer; "
-                                 "set model.tokenizer = AutoTokenizer.from_pretrained(<its folder>)")
-            self.tokenizer = AutoTokenizer.from_pretrained(self.name_or_path, trust_remote_code=True)
-        return self._tokenizer
+    def tokenizer_vocab_size(self):
+        return self.config.base.vocab_size
 
-    @tokenizer.setter
-    def tokenizer(self, tokenizer):
-        self._tokenizer = check_tokenizer(tokenizer, self.config.base.vocab_size, self.name_or_path)
+    @property
+    def embedding_dim(self):
+        return self.config.base.hidden_size
 
     def _special_ids(self):
         """(opening, closing, padding) token ids: what the tokenizer puts around an empty text, and its pad."""
@@ -271,35 +265,11 @@ class GeolipModel(GeolipPreTrainedModel):
                           f"truncated (first: texts[{too_long[0]}], {len(ids[too_long[0]])} tokens)", stacklevel=3)
         return [row[:limit] for row in ids]
 
-    def encode(self, texts, batch_size=32, show_progress_bar=None, convert_to_numpy=True):
-        """Embed a str -> (D,) or a list of str -> (N, D), L2-normalised; an empty list gives (0, D).
-        Texts run longest first (less segment padding per batch) and come back in the input order. A text with no
-        content (empty, blank, zero-width or control characters only) is a ValueError, and non-finite embeddings a
-        RuntimeError."""
-        texts, single = check_texts(texts)
-        check_batch_size(batch_size)
-        content_ids = self.content_ids(texts)
-        order = sorted(range(len(texts)), key=lambda i: -len(content_ids[i]))
-        starts = range(0, len(order), batch_size)
-        if show_progress_bar is None:
-            show_progress_bar = len(starts) > 1 and sys.stderr.isatty()
-        embeddings = torch.empty(len(texts), self.config.base.hidden_size, device=self.device)
-        was_training = self.training
-        if was_training:  # in eval mode (from_pretrained's) nothing is switched, so threads may share the model
-            self.eval()
-        try:
-            with torch.inference_mode():
-                for start in tqdm(starts, desc="encode", disable=not show_progress_bar):
-                    rows = order[start:start + batch_size]
-                    output = self.embed([content_ids[i] for i in rows])
-                    embeddings[rows] = output.pooler_output.float()
-        finally:
-            if was_training:
-                self.train()
-        check_finite_embeddings(embeddings, self.dtype)
-        if single:
-            embeddings = embeddings[0]
-        return embeddings.cpu().numpy() if convert_to_numpy else embeddings
+    encode_ids = content_ids  # encode tokenises as forward does
+
+    def embed_ids(self, rows):
+        """The embeddings (b, D) of b texts' content token ids."""
+        return self.embed(rows).pooler_output
 
     @property
     def embedding_space(self):

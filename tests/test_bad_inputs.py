@@ -25,7 +25,7 @@ BAD_TEXTS = [  # (id, texts, error type, message pattern)
     ("zero-width text", ["\u200b\u200b"], ValueError, r"texts\[0\] has no content"),
     ("control characters only", ["\x00\x07"], ValueError, r"texts\[0\] has no content"),
 ]
-BAD_BATCH_SIZES = [(None, TypeError, "batch_size must be an int, got NoneType"),
+BAD_BATCH_SIZES = [("8", TypeError, "batch_size must be an int, got str"),
                    (2.5, TypeError, "batch_size must be an int, got float"),
                    (True, TypeError, "batch_size must be an int, got bool"),
                    (0, ValueError, "batch_size must be >= 1")]
@@ -58,6 +58,12 @@ def test_encode_refuses_bad_texts(model, texts, error, message):
 def test_encode_refuses_bad_batch_sizes(model, batch_size, error, message):
     with pytest.raises(error, match=message):
         model.encode(["a dog"], batch_size=batch_size)
+
+
+def test_encode_batch_size_none_is_the_models_default(model):
+    texts = ["a dog", "two men play chess in a park", "a red car"]
+    assert np.array_equal(model.encode(texts), model.encode(texts, batch_size=model.encode_batch_size))
+    assert model.encode_batch_size == {"CaptionBertModel": 64, "GeolipModel": 32}[type(model).__name__]
 
 
 def test_geolip_forward_refuses_an_empty_batch(folders):

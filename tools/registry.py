@@ -30,11 +30,12 @@ class Pipeline:
 
 
 PIPELINES = (
-    Pipeline("captionbert", "captionbert-8192-v2", ("layers", "pooling", "identity", "checks", "amoe"),
+    Pipeline("captionbert", "captionbert-8192-v2",
+             ("layers", "pooling", "identity", "checks", "encoding", "amoe_mixin", "amoe"),
              ("model.safetensors", "amoe/*/dispatch.safetensors", "amoe/arms/*.safetensors"), "AutoModel"),
     Pipeline("glyph", "glyph-embedder-v2", (),
              ("model.safetensors", "glyph-embedder-v2-f32.gguf", "glyph-embedder-v2-f16.gguf"), "SentenceTransformer"),
-    Pipeline("geolip", "geolip-clip-ctx576", ("pooling", "segments", "identity", "checks"),
+    Pipeline("geolip", "geolip-clip-ctx576", ("pooling", "segments", "identity", "checks", "encoding"),
              ("model.safetensors",), "AutoModel"),
 )
 BY_NAME = {pipeline.name: pipeline for pipeline in PIPELINES}

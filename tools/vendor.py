@@ -18,14 +18,15 @@ from tools import registry, runs
 
 SOURCE = runs.ROOT / "shared_modeling"
 
-RELATIVE_IMPORT = re.compile(r"^from \.(\w+) import ", flags=re.MULTILINE)
+# at the start of a line, indented too: a module may import another lazily, inside a function
+RELATIVE_IMPORT = re.compile(r"^(?P<indent>[ \t]*)from \.(?P<module>\w+) import ", flags=re.MULTILINE)
 
 
 def vendored_text(module):
     """The generated file for shared_modeling/<module>.py."""
     source = (SOURCE / f"{module}.py").read_text()
     header = f"# Generated from shared_modeling/{module}.py by `make vendor`. Do not edit: edit the source and regenerate.\n"
-    return header + RELATIVE_IMPORT.sub(r"from .shared_\1 import ", source)
+    return header + RELATIVE_IMPORT.sub(r"\g<indent>from .shared_\g<module> import ", source)
 
 
 def expected_copies(folder):
@@ -36,7 +37,8 @@ def expected_copies(folder):
     pipeline = registry.BY_FOLDER.get(folder.name)
     modules = pipeline.vendored if pipeline else ()
     for module in modules:
-        missing = set(RELATIVE_IMPORT.findall((SOURCE / f"{module}.py").read_text())) - set(modules)
+        imported = {match["module"] for match in RELATIVE_IMPORT.finditer((SOURCE / f"{module}.py").read_text())}
+        missing = imported - set(modules)
         if missing:
             raise SystemExit(f"{folder.name}: shared_modeling/{module}.py imports {sorted(missing)}, not vendored "
                              "there")

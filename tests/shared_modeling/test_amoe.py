@@ -361,6 +361,30 @@ def test_model_attach_errors(model_with_arms, tmp_path):
         model.attach_amoe(path=tmp_path / "nowhere")
 
 
+def test_arms_in_memory_attach_through_the_same_entry_point_and_keep_training(model_with_arms):
+    _, model = model_with_arms
+    bare = embed(model)
+    torch.manual_seed(2)
+    arm, dispatch = trained_like(Arm(64, 2)), Dispatch(["fresh"], 64, 2)
+    with pytest.raises(ValueError, match="pass both or neither"):
+        model.attach_amoe(arms={"fresh": arm})
+    model.attach_amoe(arms={"fresh": arm}, dispatch=dispatch)
+    assert model._amoe.arms["fresh"] is arm and model._amoe.dispatch is dispatch  # not copies: training updates them
+    on = embed(model)
+    assert not torch.equal(on, bare)
+    with torch.no_grad():
+        next(arm.parameters()).add_(0.1)  # an optimiser step on the arm changes the attached model
+    assert not torch.equal(embed(model), on)
+    with model.amoe_off():
+        assert torch.equal(embed(model), bare)
+    assert model.detach_amoe()["arms"]["fresh"] is arm
+    with torch.no_grad():  # a trunk changed while the arms were on: the toggle law fails when they leave
+        model.attach_amoe(arms={"fresh": arm}, dispatch=dispatch)
+        model.head.dense.bias.add_(1.0)
+    with pytest.raises(RuntimeError, match="after detaching"):
+        model.detach_amoe()
+
+
 def test_loading_the_bare_model_does_not_import_the_amoe_code(model_with_arms):
     import subprocess
     import sys
@@ -398,7 +422,7 @@ def test_arms_run_in_the_trunks_dtype(model_with_arms):
     model.to(torch.bfloat16)
     bare = embed(model)
     model.attach_amoe()
-    assert all(p.dtype == torch.bfloat16 for p in model._amoe["dispatch"].parameters())
+    assert all(p.dtype == torch.bfloat16 for p in model._amoe.dispatch.parameters())
     assert not torch.equal(embed(model), bare)
     with model.amoe_off():
         assert torch.equal(embed(model), bare)

@@ -167,7 +167,7 @@ def test_train_amoe_solo_dispatch_select_end_to_end(tiny_trunk, tmp_path, data_d
         assert sum(check["shares"].values()) == pytest.approx(1.0) and 0 < check["amplitude_budget"] < 1
         assert 1.0 <= check["perplexity"] <= 3.0 and 0 <= check["routing_spread"] < 1
     model.attach_amoe(path=mixed / "amoe")
-    assert model._amoe["dispatch"].roster == ["equiv", "control", "sts"]
+    assert model._amoe.dispatch.roster == ["equiv", "control", "sts"]
     model.detach_amoe()
 
     # Arms on a random tiny trunk do not clear the seed-spread bar (the decision rule is tested above), so the
@@ -188,7 +188,7 @@ def test_train_amoe_solo_dispatch_select_end_to_end(tiny_trunk, tmp_path, data_d
     assert [row["tau"] for row in record["tau_sweep"]] == [0.1, 0.05]
     assert {"trunk", "solo equiv", "solo sts", "collective"} <= set(record["rows"])
     model.attach_amoe(path=selected / "amoe")
-    assert model._amoe["dispatch"].roster == record["shipped"]["roster"]
+    assert model._amoe.dispatch.roster == record["shipped"]["roster"]
 
     # What tools/captionbert/export.py ships and writes: the folder loads the collective in a fresh process, every
     # arm off is the bare trunk there, and the card's AMOE section is generated from these records.

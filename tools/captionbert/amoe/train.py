@@ -36,6 +36,7 @@ All decisions use the validation suite (STS-B dev, MRPC test, SNLI test, held-ou
 """
 
 import argparse
+import contextlib
 import dataclasses
 import json
 import math
@@ -51,8 +52,7 @@ from torch.utils.tensorboard import SummaryWriter
 from tqdm.auto import tqdm
 from transformers import AutoModel
 
-from shared_modeling.amoe import (TAU, Arm, ArmSwitch, Dispatch, load_arm, load_dispatch, save_arm, save_dispatch,
-                                  unwrap_layers, wrap_layers)
+from shared_modeling.amoe import TAU, Arm, Dispatch, load_arm, load_dispatch, save_arm, save_dispatch
 from shared_modeling.identity import trunk_hash
 from shared_modeling.losses import cosent, info_nce_with_hard_negatives, symmetric_info_nce
 from tools import registry, runs, sts, training
@@ -179,21 +179,15 @@ def fresh_dispatch(model, roster, seed, tau=TAU):
     return Dispatch(roster, *shape(model), tau=tau)
 
 
-class Attached:
-    """Context manager: wrap the trunk's layers with `arms` under `dispatch`, every arm enabled; unwrap after."""
-
-    def __init__(self, model, arms, dispatch):
-        self.model, self.arms, self.dispatch = model, arms, dispatch
-
-    def __enter__(self):
-        self.arms = {name: arm.to(self.model.device) for name, arm in self.arms.items()}
-        self.dispatch.to(self.model.device)
-        wrap_layers(self.model.encoder.layers, self.arms, self.dispatch, ArmSwitch(self.dispatch.roster))
-        return self
-
-    def __exit__(self, *exc):
-        unwrap_layers(self.model.encoder.layers)
-        return False
+@contextlib.contextmanager
+def attached(model, arms, dispatch):
+    """The trunk with `arms` ({name: Arm}) under `dispatch`, every arm enabled, through the model's own attach_amoe:
+    the toggle law (every arm off == the bare trunk) is checked on entry and again on leaving, where they detach."""
+    model.attach_amoe(arms=arms, dispatch=dispatch)
+    try:
+        yield model
+    finally:
+        model.detach_amoe()
 
 
 # ---- batches and losses ----------------------------------------------------------------------------------------------
@@ -325,8 +319,8 @@ def train_solo(config):
     batch_size = min(config.batch_size, len(data))
     writer = SummaryWriter(str(config.out / "tensorboard"))
     print(f"solo arm {name!r}: {len(data)} rows of {data.source}; {config.steps} steps x {batch_size}")
-    with Attached(model, {name: arm}, dispatch) as attached:
-        monitor = RoutingMonitor(attached.dispatch)
+    with attached(model, {name: arm}, dispatch):
+        monitor = RoutingMonitor(dispatch)
 
         def loss_at(step):
             loss = batch_loss(model, data, training.batch_at(step, len(data), batch_size, config.seed), config)
@@ -371,7 +365,7 @@ def train_dispatch(model, arms, streams, dispatch, config, writer=None):
     rng = np.random.default_rng(config.seed)
     history, alarms, strikes, stopped = [], [], 0, None
     alarm_on = len(dispatch.roster) > 1  # with one arm every token picks it: the alarm is meaningless
-    with Attached(model, arms, dispatch):
+    with attached(model, arms, dispatch):
         monitor = RoutingMonitor(dispatch)
         for step in tqdm(range(1, config.steps + 1), desc=f"dispatch {'+'.join(dispatch.roster)}"):
             total = sum(weights.values())
@@ -449,7 +443,7 @@ def run_dispatch(config):
     writer = SummaryWriter(str(config.out / "tensorboard"))
     record = train_dispatch(model, arms, streams, dispatch, config, writer)
     writer.close()
-    with Attached(model, arms, dispatch):
+    with attached(model, arms, dispatch):
         validation = pairs.validation_sets(config.data_dir, config.validation_rows)
         record["validation"] = validation_score(model, validation)
     for name, arm in arms.items():
@@ -516,7 +510,7 @@ def select(config):
                           "amplitude_budget"]}}
         else:
             record = train_dispatch(model, arms, streams, dispatch, config, writer)
-        with Attached(model, arms, dispatch):
+        with attached(model, arms, dispatch):
             scores = validation_score(model, validation)
         return scores, dispatch, record
 
@@ -551,11 +545,11 @@ def select(config):
     dispatch, _ = load_dispatch(library / config.collective / "dispatch.safetensors", *shape(model), trunk_id)
     shipped_arms = {name: load_arm(library / "arms" / f"{name}.safetensors", *shape(model), trunk_id, name=name)[0]
                     for name in dispatch.roster}
-    with Attached(model, shipped_arms, dispatch):
+    with attached(model, shipped_arms, dispatch):
         collective_sts8 = sts8_score(model, config)
     control_arms = {name: (control_arm if name == CONTROL else members[name]["arm"])
                     for name in shipped["control_roster"]}
-    with Attached(model, control_arms, shipped["control_dispatch"]):
+    with attached(model, control_arms, shipped["control_dispatch"]):
         control_sts8 = sts8_score(model, config)
 
     sweep = []
@@ -566,7 +560,7 @@ def select(config):
         else:
             _, dispatch, record = collective(shipped["roster"], tau)
         arms = {name: members[name]["arm"] for name in shipped["roster"]}
-        with Attached(model, arms, dispatch):
+        with attached(model, arms, dispatch):
             stsb = sts.score(model, {"STS-B": sts.load_task(config.data_dir, "STS-B")}, [])["STS-B"]
         sweep.append({"tau": tau, "STS-B": stsb, "amplitude_budget": _budget(record)})
     writer.close()
