@@ -1,12 +1,13 @@
 """The shape of tools/: every pipeline of the registry has its package with the same step names, no module under
-tools/ reaches another module's main(), and the former module names map onto modules that exist."""
+tools/ reaches another module's main() or imports a step script (scripts import only libraries), and the former module
+names map onto modules that exist."""
 
 import ast
 
 import pytest
 
 from helpers import ROOT
-from tools import registry
+from tools import demo, registry
 
 TOOLS = sorted(path for path in (ROOT / "tools").rglob("*.py") if path.name != "__init__.py")
 
@@ -55,6 +56,29 @@ def test_the_check_sees_another_tool_s_main_however_it_is_imported():
     tree = ast.parse("from tools import cards\nfrom tools.glyph import train as glyph_train\n"
                      "from tools.demo import main\nimport tools.vendor\ncards.main([])\nglyph_train.main([])\n")
     assert other_mains(tree) == ["tools.demo.main", "tools.cards.main", "tools.glyph.train.main"]
+
+
+STEP_SCRIPTS = {f"tools.{step.tool}" for budget in demo.BUDGETS.values() for step in demo.demo_steps("data", budget)}
+
+
+def imported_from(tree):
+    """Every tools module a file imports anything from (the module itself, or the module a name comes from)."""
+    modules = set(imported_tools_modules(tree).values())
+    return modules | {node.module for node in ast.walk(tree)
+                      if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("tools.")}
+
+
+@pytest.mark.parametrize("path", TOOLS, ids=module_name)
+def test_no_module_imports_a_step_script(path):
+    """A module the demo runs as a step (python -m tools.<step>) is a script: what others need of it lives in a
+    library beside it (data, metrics, ...)."""
+    assert imported_from(ast.parse(path.read_text())) & (STEP_SCRIPTS - {module_name(path)}) == set()
+
+
+def test_the_step_script_check_sees_every_form_of_import():
+    tree = ast.parse("from tools.captionbert import train as t\nfrom tools.glyph.train import embed\n"
+                     "import tools.geolip.train\nfrom tools.captionbert.data import Config\n")
+    assert imported_from(tree) & STEP_SCRIPTS == {"tools.captionbert.train", "tools.glyph.train", "tools.geolip.train"}
 
 
 def test_every_pipeline_has_its_package_with_the_common_steps():

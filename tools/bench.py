@@ -19,7 +19,7 @@ captions, tokenized by captionbert's tokenizer. One run measures:
      ImageInWords descriptions included), fp32: tools/encoders.py's length-bucketed path (what
      tools/captionbert/extract.py runs) vs naive padded batches in corpus order, both on the BertModel above saved as
      a plain HF teacher folder. Target >= 1.5x.
-  5. Student training steps (the distillation's loss, tools/captionbert/train.distillation_terms, and the shared
+  5. Student training steps (the distillation's loss, tools/captionbert/data.distillation_terms, and the shared
      loop's optimiser step: bf16 autocast forward where the CPU computes bf16, else float32; InfoNCE + MSE,
      backward, fused Adam) on bucketed batches of that sample: captionbert vs BertModel
      of the same shape with the same pooling and head. Target >= 1.0x. (5b) the same captionbert step with torch's
@@ -80,7 +80,7 @@ from shared_modeling.pooling import l2_normalize, masked_mean_pool
 from shared_modeling.segments import segment_spans
 from tools import corpus, encoders, registry, runs, training
 from tools.captionbert import data as captionbert_data
-from tools.captionbert import train as captionbert_train
+from tools.glyph import data as glyph_data
 from tools.glyph import gguf
 from tools.geolip import data as geolip_data
 
@@ -257,15 +257,14 @@ def build_glyph(folder, config):
     from tools.glyph.generate import ClaimGenerator, Lexicon
     from tools.glyph.grammar import to_text
     from tools.glyph.tokenizer import train_tokenizer
-    from tools.glyph.train import Config as GlyphConfig
-    from tools.glyph.train import model_config
 
     generator = ClaimGenerator(Lexicon.load(), config.seed)
     texts = [to_text(generator.claim()) for _ in range(config.glyph_texts)]
     tokenizer = train_tokenizer(texts, vocab_size=6000)
-    shape = {"hidden_size": 32, "num_layers": 2, "num_heads": 2, "intermediate_size": 64} if config.tiny else {}
+    tiny = {"hidden_size": 32, "num_layers": 2, "num_heads": 2, "intermediate_size": 64} if config.tiny else {}
     torch.manual_seed(config.seed)
-    model = RobertaModel(model_config(GlyphConfig(corpus=folder, out=folder, **shape), tokenizer)).eval()
+    model = RobertaModel(glyph_data.model_config(glyph_data.Config(corpus=folder, out=folder, **tiny), tokenizer))
+    model.eval()
     model.save_pretrained(folder)
     tokenizer.save_pretrained(folder)
     return texts, model
@@ -433,7 +432,7 @@ def training_steps(config, setup, mix_ids):
     fused vs torch's per-tensor Adam; the part: the seconds under seconds/training. setup.captionbert and setup.bert
     are stepped in place and left in train mode."""
     captionbert, size, precision = setup.captionbert, config.batch_size, setup.precision
-    train_config = captionbert_train.Config(align=Path("-"), out=Path("-"), precision=precision)
+    train_config = captionbert_data.Config(align=Path("-"), out=Path("-"), precision=precision)
     lengths_array = np.array([len(ids) for ids in mix_ids])
     train_batches = captionbert_data.bucketed_batches(lengths_array, size, config.seed, 0)[:config.train_steps]
     train_batches = [captionbert_data.collate(mix_ids, members, setup.tokenizer.pad_token_id)
@@ -454,8 +453,8 @@ def training_steps(config, setup, mix_ids):
         def run():
             for input_ids, attention_mask in train_batches:
                 with torch.autocast("cpu", dtype=torch.bfloat16, enabled=precision == "bf16"):
-                    terms = captionbert_train.distillation_terms(students[name], input_ids, attention_mask,
-                                                                 targets, train_config)
+                    terms = captionbert_data.distillation_terms(students[name], input_ids, attention_mask,
+                                                                targets, train_config)
                 training.optimiser_step(optimizers[name], terms["loss"])
         return run
 

@@ -287,8 +287,6 @@ def test_distillation_from_weight_selection_records_its_init_and_trained_length(
 
 
 def test_token_budget_batches_cap_rows_times_longest_and_epochs_chain():
-    from tools.captionbert import train as captionbert_train
-
     lengths = np.random.default_rng(0).integers(5, 200, size=700)
     batches = captionbert_data.bucketed_batches(lengths, 32, seed=1, epoch=0, max_batch_tokens=1000)
     assert all(2 <= len(b) <= 32 and len(b) * lengths[b].max() <= 1000 for b in batches)
@@ -296,7 +294,7 @@ def test_token_budget_batches_cap_rows_times_longest_and_epochs_chain():
     assert any(len(b) < 32 for b in batches) and any(len(b) == 32 for b in batches)
     again = captionbert_data.bucketed_batches(lengths, 32, seed=1, epoch=0, max_batch_tokens=1000)
     assert all(np.array_equal(a, b) for a, b in zip(batches, again))
-    config = captionbert_train.Config(align=None, out=None, batch_size=32, seed=1, max_batch_tokens=1000)
+    config = captionbert_data.Config(align=None, out=None, batch_size=32, seed=1, max_batch_tokens=1000)
     epochs = captionbert_data.EpochBatches(lengths, config)
     sizes = [len(captionbert_data.bucketed_batches(lengths, 32, 1, e, 1000)) for e in range(3)]
     assert np.array_equal(epochs.at(sizes[0] + 2), captionbert_data.bucketed_batches(lengths, 32, 1, 1, 1000)[2])

@@ -14,6 +14,7 @@ from shared_modeling.identity import embedding_space, trunk_hash
 from tools.glyph import corpus as glyph_corpus
 from tools.glyph import evaluate as glyph_evaluate
 from tools.glyph import metrics as glyph_metrics
+from tools.glyph import data as glyph_data
 from tools.glyph import train as glyph_train
 from tools.glyph.data import read_triples
 from tools.glyph.generate import Lexicon
@@ -88,8 +89,8 @@ def test_real_size_model_has_the_published_parameter_count():
         def __len__(self):
             return 6000
 
-    config = glyph_train.Config(corpus=Path("corpus"), out=Path("out"))  # the defaults are the published shape
-    model = RobertaModel(glyph_train.model_config(config, SixThousandTokens()))
+    config = glyph_data.Config(corpus=Path("corpus"), out=Path("out"))  # the defaults are the published shape
+    model = RobertaModel(glyph_data.model_config(config, SixThousandTokens()))
     assert sum(p.numel() for p in model.parameters()) == 6_407_168
 
 

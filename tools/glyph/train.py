@@ -29,7 +29,6 @@ import argparse
 import random
 import shutil
 import sys
-from dataclasses import dataclass
 from pathlib import Path
 
 import torch
@@ -38,7 +37,6 @@ from torch.utils.tensorboard import SummaryWriter
 from transformers import (
     AutoTokenizer,
     DataCollatorForLanguageModeling,
-    RobertaConfig,
     RobertaForMaskedLM,
     RobertaModel,
 )
@@ -46,55 +44,13 @@ from transformers import (
 from shared_modeling.losses import info_nce_with_hard_negatives
 from shared_modeling.pooling import l2_normalize, masked_mean_pool
 from tools import runs
-from tools.glyph.data import read_triples
+from tools.glyph.data import PRESETS, Config, model_config, read_triples
 from tools.glyph.grammar import INVERSE_PAIRS, MIRROR
 from tools.glyph.metrics import score_embeddings
 from tools.plots import Panel, curve, plot_history
 from tools.training import batch_at, resolve_precision, run_stage
 
 MIRROR_FLIPS = {f"{a}/{b}" for a, b in INVERSE_PAIRS if MIRROR.get(a) == b}  # mutation families: a⇒b -> a⇐b
-
-
-@dataclass
-class Config:
-    corpus: Path  # folder of tools/glyph/corpus.py (corpus.txt, train/validation.jsonl, tokenizer/)
-    out: Path  # run folder; rerun with it to resume
-    preset: str = "cpu"  # named defaults (PRESETS); explicit options override them
-    hidden_size: int = 256  # model width
-    num_layers: int = 6  # transformer layers
-    num_heads: int = 4  # attention heads
-    intermediate_size: int = 1024  # feed-forward width
-    max_length: int = 256  # token positions (longer strings are truncated)
-    mlm_steps: int = 600  # stage-1 optimiser steps
-    mlm_batch_size: int = 128  # stage-1 strings per step
-    mlm_learning_rate: float = 5e-4  # stage-1 peak learning rate
-    mask_probability: float = 0.15  # share of tokens the MLM predicts
-    contrastive_steps: int = 1500  # stage-2 optimiser steps
-    contrastive_batch_size: int = 128  # stage-2 triples per step
-    contrastive_learning_rate: float = 2e-4  # stage-2 peak learning rate
-    temperature: float = 0.05  # InfoNCE temperature
-    warmup_fraction: float = 0.06  # share of each stage's steps spent warming up
-    weight_decay: float = 0.01  # AdamW weight decay
-    precision: str = "auto"  # forward pass: bf16 autocast (losses and optimiser float32) | fp32 | auto: bf16 where
-    #                          the hardware computes it (tools/training.resolve_precision), else fp32
-    validate_every: int = 200  # stage-2 steps between validation passes
-    checkpoint_every: int = 200  # steps between atomic checkpoints
-    log_every: int = 20  # steps between history / TensorBoard points
-    seed: int = 0  # initialisation, masking and data order
-
-
-PRESETS = {
-    # The embedded default, sized for <= 40 min on 2 cores (metrics.json records each stage's training_minutes).
-    # The MLM loss flattens early on this corpus (masked atom words are unpredictable by design), so most of the
-    # time goes to stage 2, where the validation win rate keeps rising.
-    "cpu": {"mlm_steps": 600, "mlm_batch_size": 128, "mlm_learning_rate": 5e-4,
-            "contrastive_steps": 1500, "contrastive_batch_size": 128, "contrastive_learning_rate": 2e-4},
-    # The published recipe for stage 2 (4 epochs of 40,000 triples, batch 128, lr 2e-5, fp16 on a GPU); stage 1's
-    # length and rate are this tool's choice (the spec gives none).
-    "paper": {"mlm_steps": 20000, "mlm_batch_size": 128, "mlm_learning_rate": 5e-4,
-              "contrastive_steps": 1250, "contrastive_batch_size": 128, "contrastive_learning_rate": 2e-5,
-              "validate_every": 250, "checkpoint_every": 500},
-}
 
 
 def parse_config(argv):
@@ -110,15 +66,6 @@ def parse_config(argv):
         raise SystemExit(f"--hidden-size {config.hidden_size} is not a multiple of --num-heads {config.num_heads}")
     config.precision = resolve_precision(config.precision, "cuda" if torch.cuda.is_available() else "cpu")
     return config
-
-
-def model_config(config, tokenizer):
-    return RobertaConfig(
-        vocab_size=len(tokenizer), hidden_size=config.hidden_size, num_hidden_layers=config.num_layers,
-        num_attention_heads=config.num_heads, intermediate_size=config.intermediate_size,
-        max_position_embeddings=config.max_length + 2,  # RoBERTa's positions start after the padding index (1)
-        type_vocab_size=1, pad_token_id=tokenizer.pad_token_id, bos_token_id=tokenizer.bos_token_id,
-        eos_token_id=tokenizer.eos_token_id)
 
 
 # ---- data ----------------------------------------------------------------------------------------------------------
