@@ -72,7 +72,7 @@ def inputs_and_threads_paragraph(extra_state=""):
     every model with remote code); extra_state names further calls that change the model for every thread."""
     return ("**Refused, never embedded silently.** `encode` takes a str or a list (or tuple) of str: `None`, a dict, a "
             "generator, an array or a non-string item raises `TypeError` naming it, and so does a `batch_size` "
-            "that is not an int. A text with no content (empty, blank, zero-width or control characters only) or "
+            "that is neither an int nor None (the model's default). A text with no content (empty, blank, zero-width or control characters only) or "
             "with a lone surrogate raises `ValueError` naming it. Loading refuses weights with NaN or infinite "
             "values, and the first `encode` a tokenizer whose vocabulary is not the model's (a folder missing "
             "tokenizer.json); an embedding that comes out non-finite raises `RuntimeError`.\n\n"
