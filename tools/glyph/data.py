@@ -4,9 +4,8 @@ validation.jsonl and test.jsonl of (anchor, positive, negative, mutation) triple
 tools/glyph/corpus.py writes them and the train, evaluate and export steps read them.
 """
 
-import dataclasses
 import json
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from transformers import RobertaConfig
@@ -65,11 +64,10 @@ def model_config(config, tokenizer):
 
 # ---- the corpus files ------------------------------------------------------------------------------------------
 
-
 def write_triples(path, triples):
     with path.open("w") as handle:
         for triple in triples:
-            handle.write(json.dumps(dataclasses.asdict(triple), ensure_ascii=False) + "\n")
+            handle.write(json.dumps(asdict(triple), ensure_ascii=False) + "\n")
 
 
 def read_triples(path):
