@@ -91,3 +91,41 @@ def test_model2vec_distills_a_local_teacher_with_the_pinned_transformers(tmp_pat
     np.testing.assert_array_equal(cached.encode(texts), embeddings)  # from the cache: the same table
     with pytest.raises(FileNotFoundError, match="neither a PyPI teacher"):
         encoders.load("model2vec:no-such-teacher")
+
+
+def test_an_interrupted_evaluation_scores_only_the_encoders_it_had_not_reached(
+        tiny_captionbert, data_dir, tmp_path, monkeypatch):
+    folder, _ = tiny_captionbert
+    out = tmp_path / "eval"
+    argv = ["--encoder", f"first={folder}", "--encoder", f"second={folder}", "--data-dir", str(data_dir),
+            "--out", str(out), "--tasks", "BIOSSES", "--gauge-captions", "0"]
+    scored = []
+
+    def score(encoder, task_pairs, captions, fail_at=None):
+        scored.append(encoder)
+        if len(scored) == fail_at:
+            raise KeyboardInterrupt
+        return sts.score(encoder, task_pairs, captions)
+
+    monkeypatch.setattr(evaluate, "score", lambda *args: score(*args, fail_at=2))
+    with pytest.raises(KeyboardInterrupt):
+        evaluate.main(argv)
+    assert list(json.loads((out / "metrics.json").read_text())) == ["first"]
+
+    scored.clear()
+    monkeypatch.setattr(evaluate, "score", score)
+    assert evaluate.main(argv) == 0
+    assert len(scored) == 1  # only "second"
+    metrics = json.loads((out / "metrics.json").read_text())
+    assert list(metrics) == ["first", "second"] and metrics["first"]["mean"] == metrics["second"]["mean"]
+
+    metrics["first"]["weights_sha256"] = "0" * 64  # as if its weights had been rebuilt since
+    (out / "metrics.json").write_text(json.dumps(metrics))
+    scored.clear()
+    assert evaluate.main(argv) == 0
+    rescored = json.loads((out / "metrics.json").read_text())["first"]
+    assert len(scored) == 1 and rescored["weights_sha256"] == metrics["second"]["weights_sha256"]
+    assert rescored["mean"] == metrics["second"]["mean"]
+
+    with pytest.raises(SystemExit, match="another config"):
+        evaluate.main([*argv, "--batch-size", "8"])

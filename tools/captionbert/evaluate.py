@@ -9,7 +9,9 @@ Usage:
         --onnx-output last_hidden_state
 `--encoder` takes any spec tools/encoders.py understands and may repeat; `NAME=SPEC` names its row NAME
 (e.g. `--encoder captionbert-8192-v2=runs/demo/distill/final`). Writes metrics.json and results.md into
-the run folder (default runs/eval/<timestamp>/) and prints the table.
+the run folder (default runs/eval/<timestamp>/) and prints the table. metrics.json grows by one row per encoder, so
+rerunning an interrupted run with the same options into the same --out scores only the encoders it had not reached
+(a row is kept only if its encoder's weights still have the sha256 it was scored with).
 """
 
 import argparse
@@ -55,15 +57,21 @@ def main(argv=None):
     print("pairs per task:", {task: len(pairs) for task, pairs in task_pairs.items()})
     options = encoders.EncodeOptions(batch_size=config.batch_size, max_length=config.max_length)
 
+    earlier = scored_before(config)
     metrics = {}
     with runs.RunRecord(config.out, config, "captionbert.evaluate"):
         for entry in config.encoders:
             label, _, spec = entry.rpartition("=")
             name, encoder = encoders.load(spec, options, config.onnx_tokenizer, config.onnx_output)
             name = label or name
-            metrics[name] = {"spec": spec, "kind": encoder.kind, "max_length": encoder.max_length,
-                             "weights_sha256": encoders.weights_hash(encoder.source),
-                             **score(encoder, task_pairs, captions)}
+            identity = {"spec": spec, "kind": encoder.kind, "max_length": encoder.max_length,
+                        "weights_sha256": encoders.weights_hash(encoder.source)}
+            row = earlier.get(name, {})
+            if {key: row.get(key) for key in identity} == identity:
+                metrics[name] = row
+                print(f"{name}: mean {row['mean']:.4f}, scored earlier by this run (the same weights), kept")
+                continue
+            metrics[name] = {**identity, **score(encoder, task_pairs, captions)}
             print(f"{name}: mean {metrics[name]['mean']:.4f} ({metrics[name]['encode_seconds']} s)")
             runs.write_json(config.out / "metrics.json", metrics)  # after each encoder, so a long run shows progress
         table = markdown_table(metrics, config.tasks)
@@ -71,6 +79,14 @@ def main(argv=None):
     print(table)
     print(f"wrote {config.out / 'metrics.json'} and {config.out / 'results.md'}")
     return 0
+
+
+def scored_before(config):
+    """{row name: row} of an interrupted run of the same config in config.out (metrics.json written after each
+    encoder), or {} when there is none or it ran with other options."""
+    if runs.run_state(config.out, config) == "new" or not (config.out / "metrics.json").is_file():
+        return {}
+    return runs.read_json(config.out / "metrics.json")
 
 
 if __name__ == "__main__":
