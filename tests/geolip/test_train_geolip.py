@@ -117,13 +117,18 @@ def test_tiny_run_trains_evaluates_and_exports_a_loadable_folder(tmp_path, data_
 @pytest.mark.slow
 def test_hard_negative_groups_of_training_texts_join_every_batch(tmp_path, data_dir):
     """--hard-negative-groups: spliced groups of training texts (never held out), embedded by the teacher into their
-    own cache, one group in every batch. A batch that cannot hold a group besides other texts is refused."""
+    own cache, one group in every batch. A batch that cannot hold a group besides other texts is refused. (With the
+    optional cosine term, which then enters the loss and its history.)"""
     base, out, argv = tiny_run(tmp_path, data_dir, flickr_captions=0, steps=2, batch_size=5, splice_k=3,
-                               splice_groups=2, hard_negative_groups=2, init_texts=8, cv_target_texts=2)
+                               splice_groups=2, hard_negative_groups=2, init_texts=8, cv_target_texts=2,
+                               cosine_weight=0.5)
     with pytest.raises(SystemExit, match="hard-negative-groups"):
         geolip_train.main([*argv, "--batch-size", "3"])
+    with pytest.raises(SystemExit, match="must be >= 0"):
+        geolip_train.main([*argv, "--cosine-weight", "-1"])
     assert geolip_train.main(argv) == 0
-    assert json.loads((out / "metrics.json").read_text())["hard_negative_groups"] == 2
+    metrics = json.loads((out / "metrics.json").read_text())
+    assert metrics["hard_negative_groups"] == 2 and 0 < metrics["history"]["train"][-1]["cosine"] <= 2
     config = geolip_data.training_config(out)
     training, validation = geolip_data.split_texts(config)
     hard, _ = geolip_data.spliced_tails(AutoTokenizer.from_pretrained(base), training, 77, 3, 2, config.seed + 1)

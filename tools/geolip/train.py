@@ -20,7 +20,8 @@ included: CLIP's 77, in both presets) plus what the memory, reading segments of 
 32) of the whole text, adds through a zero-initialised projection; untrained, it is exactly the base on its window.
 Loss: InfoNCE(projector(student) -> teacher, in-batch negatives) x 1.0 + the SVD-Procrustes residual of the
 student batch against the teacher batch x 0.3 + (pentachoron CV of each text's segment anchors - the teacher's CV)^2
-x 0.05 over texts with at least 5 segments. The teacher's CV: its embeddings of the segment texts of a sample of
+x 0.05 over texts with at least 5 segments (+ 1 - cosine(projected student, teacher) x --cosine-weight, 0 in the
+published loss). The teacher's CV: its embeddings of the segment texts of a sample of
 training texts, each text's CV averaged. The projector starts as the orthogonal Procrustes map of the untrained
 student onto the teacher on a training sample (the cosine before and after is recorded).
 m_acc: top-1 retrieval of each validation text's teacher embedding, among the whole gallery's, by its projected
@@ -51,6 +52,7 @@ from pathlib import Path
 
 import numpy as np
 import torch
+import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 from torch.utils.tensorboard import SummaryWriter
 from transformers import AutoTokenizer
@@ -82,6 +84,8 @@ def parse_config(argv):
     if config.hard_negative_groups < 0 or (config.hard_negative_groups and config.batch_size <= config.splice_k):
         raise SystemExit("--hard-negative-groups must be >= 0, and with groups the batch must hold one group of "
                          f"--splice-k {config.splice_k} and other texts")
+    if min(config.procrustes_weight, config.cv_weight, config.cosine_weight) < 0:
+        raise SystemExit("--procrustes-weight, --cv-weight and --cosine-weight must be >= 0")
     config.precision = resolve_precision(config.precision, "cpu")  # before the run record, which keeps what ran
     config.teacher_precision = resolve_precision(config.teacher_precision, "cpu")
     return config
@@ -178,8 +182,10 @@ def main(argv=None):
                          "procrustes": procrustes_residual(student, teacher_rows),
                          "cv": (pentachoron_cv_loss(anchor_sets, target_cv, config.cv_samples, generator)
                                 if anchor_sets else student.new_zeros(()))}
+                if config.cosine_weight:
+                    terms["cosine"] = 1 - F.cosine_similarity(model.projector(student), teacher_rows).mean()
                 terms["loss"] = (terms["info_nce"] + config.procrustes_weight * terms["procrustes"]
-                                 + config.cv_weight * terms["cv"])
+                                 + config.cv_weight * terms["cv"] + config.cosine_weight * terms.get("cosine", 0))
             return terms
 
         def validate():
