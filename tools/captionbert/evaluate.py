@@ -84,9 +84,7 @@ def main(argv=None):
 def scored_before(config):
     """{row name: row} of an interrupted run of the same config in config.out (metrics.json written after each
     encoder), or {} when there is none or it ran with other options."""
-    if runs.run_state(config.out, config) == "new" or not (config.out / "metrics.json").is_file():
-        return {}
-    return runs.read_json(config.out / "metrics.json")
+    return runs.read_json(config.out / "metrics.json") if runs.run_state(config.out, config) == "complete" else {}
 
 
 if __name__ == "__main__":

@@ -177,13 +177,13 @@ def main(argv=None):
                                             config.max_segments)) for row in ids]
                 anchor_sets = [chunk for chunk in output.segment_anchors.float().split(counts) if len(chunk) >= 5]
                 generator = torch.Generator().manual_seed(config.seed * 1_000_000 + step)  # resumes exactly
-                terms = {"info_nce": info_nce_with_hard_negatives(model.projector(student), teacher_rows, None,
-                                                                  config.temperature),
+                projected = model.projector(student)
+                terms = {"info_nce": info_nce_with_hard_negatives(projected, teacher_rows, None, config.temperature),
                          "procrustes": procrustes_residual(student, teacher_rows),
                          "cv": (pentachoron_cv_loss(anchor_sets, target_cv, config.cv_samples, generator)
                                 if anchor_sets else student.new_zeros(()))}
                 if config.cosine_weight:
-                    terms["cosine"] = 1 - F.cosine_similarity(model.projector(student), teacher_rows).mean()
+                    terms["cosine"] = 1 - F.cosine_similarity(projected, teacher_rows).mean()
                 terms["loss"] = (terms["info_nce"] + config.procrustes_weight * terms["procrustes"]
                                  + config.cv_weight * terms["cv"] + config.cosine_weight * terms.get("cosine", 0))
             return terms
