@@ -121,6 +121,25 @@ def demo_steps(data_dir, budget=BUDGETS["quick"]):
                                            f"captionbert-8192-v2 (from scratch)={root}/distill-scratch/final",
                                            "--encoder", "model2vec:all-mpnet-base-v2", *TEACHERS]),
              Step("captionbert.long_inputs", [*data, "--model", f"{root}/distill/final", "--out", f"{root}/long"])]
+    # captionbert whole first (its arms on the trunk just built, then its export), the project's main model, then
+    # glyph and geolip: a build spread over several sittings lands one model at a time.
+    if silver in dict(arms):
+        steps.append(Step("captionbert.amoe.silver", ["--extract", f"{root}/extract", "--out", f"{root}/amoe/silver"]))
+    for seed, extra in ((0, []), (1, ["--no-sts8"])):
+        for arm, arm_steps in arms:
+            out = f"{root}/amoe/solo/{Path(arm).stem}-seed{seed}"
+            steps.append(Step("captionbert.amoe.train", ["solo", "--data", arm, "--steps", str(arm_steps), "--seed",
+                                                         str(seed), *extra, "--model", f"{root}/distill/final", *data,
+                                                         "--out", out]))
+    steps += [
+        Step("captionbert.amoe.train", ["select", "--solo", f"{root}/amoe/solo", "--candidates",
+                                        *[Path(a).stem for a, _ in arms], "--model", f"{root}/distill/final", *data,
+                                        "--out", f"{root}/amoe/select"]),
+        Step("captionbert.export", ["--extract", f"{root}/extract", "--align", f"{root}/align", "--distill",
+                                    f"{root}/distill", "--eval", f"{root}/eval", "--long", f"{root}/long",
+                                    "--amoe", f"{root}/amoe/select",
+                                    "--out", f"{root}/captionbert/export"]),
+    ]
     # Every geolip run, of either budget, has the teacher embed the same texts (about an hour of float32 on 2 cores):
     # one cache, outside the budgets' folders; its index names the teacher, precision and texts it holds.
     teacher_cache = ["--teacher-cache", "runs/geolip-teacher/teacher.npy"]
@@ -144,25 +163,6 @@ def demo_steps(data_dir, budget=BUDGETS["quick"]):
         ablation = ["--ablation", f"{root}/geolip/eval-seg55"]
     steps.append(Step("geolip.export", ["--train", f"{root}/geolip/train", "--eval", f"{root}/geolip/eval", *ablation,
                                         "--out", f"{root}/geolip/export"]))
-    # The AMOE arms last: at the cpu budget they are most of the build's hours (six solo runs on the frozen trunk),
-    # so a build spread over several sittings lands glyph and geolip first. captionbert's export waits for them.
-    if silver in dict(arms):
-        steps.append(Step("captionbert.amoe.silver", ["--extract", f"{root}/extract", "--out", f"{root}/amoe/silver"]))
-    for seed, extra in ((0, []), (1, ["--no-sts8"])):
-        for arm, arm_steps in arms:
-            out = f"{root}/amoe/solo/{Path(arm).stem}-seed{seed}"
-            steps.append(Step("captionbert.amoe.train", ["solo", "--data", arm, "--steps", str(arm_steps), "--seed",
-                                                         str(seed), *extra, "--model", f"{root}/distill/final", *data,
-                                                         "--out", out]))
-    steps += [
-        Step("captionbert.amoe.train", ["select", "--solo", f"{root}/amoe/solo", "--candidates",
-                                        *[Path(a).stem for a, _ in arms], "--model", f"{root}/distill/final", *data,
-                                        "--out", f"{root}/amoe/select"]),
-        Step("captionbert.export", ["--extract", f"{root}/extract", "--align", f"{root}/align", "--distill",
-                                    f"{root}/distill", "--eval", f"{root}/eval", "--long", f"{root}/long",
-                                    "--amoe", f"{root}/amoe/select",
-                                    "--out", f"{root}/captionbert/export"]),
-    ]
     return steps
 
 
