@@ -30,6 +30,8 @@ class GeolipConfig(PreTrainedConfig):
         the most segments of a text (together they cover segment_size + (max_segments - 1) * segment_stride tokens).
     memory_slots / memory_layers / memory_heads: the memory bank's anchors, its cross-attention layers over the
         segment anchors, and the attention heads of every cross-attention.
+    readout_anchors: whether the readout reads every segment anchor of the text beside the final memory slots
+        (True) or the memory slots only (False, the published readout; a config saved before the field existed).
     teacher_dim: width of the teacher the projector maps into (training only; ModernBERT-large: 1,024).
     layer_norm_eps: epsilon of the memory system's LayerNorms.
     """
@@ -47,6 +49,7 @@ class GeolipConfig(PreTrainedConfig):
     memory_slots: int = 64
     memory_layers: int = 2
     memory_heads: int = 8
+    readout_anchors: bool = False
     teacher_dim: int = 1024
     layer_norm_eps: float = 1e-5
 

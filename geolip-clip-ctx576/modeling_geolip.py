@@ -10,9 +10,10 @@ every segment of every text runs through the frozen base in ONE more batched cal
 and the memory (`GeometricMemory`, 64 slots) runs over the segments in order, its state passed explicitly from
 segment to segment: the slots read the segment's fused tokens (cross-attention), then every anchor so far (2
 cross-attention layers: the bank), and a GRU gate decides how much of each slot to update. Finally the readout: the
-window embedding attends to the final memory (memory -> base cross-attention), and what that adds goes through a
-zero-initialised projection: embedding = window embedding + residual. So the output stays in the base's embedding
-space, and an untrained memory returns exactly the base on its window; training can only add what lies past it.
+window embedding attends to the final memory (memory -> base cross-attention; with readout_anchors, to every segment
+anchor of the text as well), and what that adds goes through a zero-initialised projection: embedding = window
+embedding + residual. So the output stays in the base's embedding space, and an untrained memory returns exactly the
+base on its window; training can only add what lies past it.
 The teacher projector (hidden -> 1,024) is used in training only. Legend: B texts, S segments of the batch, T
 tokens per segment (segment_size + 2), W the window (base_window), L fused layers, D hidden, M memory slots.
 """
@@ -228,7 +229,10 @@ class GeolipModel(TextEncoderMixin, GeolipPreTrainedModel):
                                        valid[active, :t + 1])
             state = state.index_put((active,), updated)
         query = window.unsqueeze(1)  # (B, 1, D): the window embedding reads the final memory
-        read = self.readout(query, state, torch.ones(state.shape[:2], dtype=torch.bool, device=state.device))
+        keys, key_mask = state, torch.ones(state.shape[:2], dtype=torch.bool, device=state.device)
+        if self.config.readout_anchors:  # and every segment anchor of its text
+            keys, key_mask = torch.cat([keys, by_text], 1), torch.cat([key_mask, valid], 1)  # (B, M + n, D)
+        read = self.readout(query, keys, key_mask)
         embedding = query + self.residual_projection(read - query)  # (B, 1, D); exactly the window at init
         return GeolipOutput(last_hidden_state=embedding, pooler_output=l2_normalize(embedding[:, 0]),
                             segment_anchors=anchors)

@@ -112,6 +112,23 @@ def test_an_untrained_memory_is_exactly_the_base_on_its_window(tiny):
         assert not torch.allclose(model(texts=TEXTS).last_hidden_state[1, 0], window[1], atol=1e-3)
 
 
+def test_a_readout_of_the_segment_anchors_starts_at_the_window_and_reads_only_its_own_text_s(tiny):
+    """readout_anchors: the same weights, the readout's keys extended by every segment anchor of the text. Untrained
+    it is still exactly the base on its window; trained, it reads something the memory slots alone do not give, and
+    a text's embedding does not depend on the other texts of its batch (their anchors are masked)."""
+    folder, slots_only = tiny
+    model = AutoModel.from_pretrained(folder, trust_remote_code=True, readout_anchors=True).eval()
+    assert model.config.readout_anchors and not slots_only.config.readout_anchors
+    with torch.no_grad():
+        reading = model(texts=TEXTS).last_hidden_state[:, 0]
+        assert not torch.allclose(reading, slots_only(texts=TEXTS).last_hidden_state[:, 0], atol=1e-4)
+        for i, text in enumerate(TEXTS):
+            torch.testing.assert_close(model(texts=[text]).last_hidden_state[0, 0], reading[i])
+        model.residual_projection.weight.zero_()
+        ids = model.content_ids(TEXTS)
+        assert torch.equal(model(texts=TEXTS).last_hidden_state[:, 0], model.window_embedding(ids))
+
+
 def test_from_pretrained_loads_the_trained_residual_projection(tiny):
     from safetensors.torch import load_file
 

@@ -58,6 +58,8 @@ class Config:
     fusion_layers: int = 6  # the base's last hidden states the layer fusion and depth compressor read
     memory_slots: int = 64  # the memory bank's anchors
     memory_heads: int = 8  # attention heads of the memory's cross-attentions (must divide the base's width)
+    readout_anchors: bool = False  # the readout reads every segment anchor beside the memory slots (False: the
+    #                                 published readout, the memory slots only)
     warmup_fraction: float = 0.06  # share of the steps spent warming up
     precision: str = "auto"  # forward pass: bf16 autocast (losses and optimiser float32) | fp32 | auto: bf16 where
     #                          the hardware computes it (tools/training.resolve_precision), else fp32
@@ -158,7 +160,8 @@ def build_model(config, teacher_dim):
         base_config={k: v for k, v in base_config.to_diff_dict().items() if k not in dropped},
         base_pooling=config.base_pooling, base_window=config.base_window, segment_size=config.segment_size,
         segment_stride=config.segment_stride, max_segments=config.max_segments, fusion_layers=config.fusion_layers,
-        memory_slots=config.memory_slots, memory_heads=config.memory_heads, teacher_dim=teacher_dim)
+        memory_slots=config.memory_slots, memory_heads=config.memory_heads, readout_anchors=config.readout_anchors,
+        teacher_dim=teacher_dim)
     model = AutoModel.from_config(geolip_config, trust_remote_code=True)
     model.base.requires_grad_(False)  # the training loop optimises, and checkpoints, what requires grad
     base = (CLIPTextModel if clip else AutoModel).from_pretrained(source)
