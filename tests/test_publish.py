@@ -154,7 +154,10 @@ def edit_a_vendored_copy(folder):
     (lambda folder: shutil.rmtree(folder / "amoe" / "arms"), r"no amoe/arms/\*.safetensors"),
     (lambda folder: os.utime(folder / "README.md", (0, 0)), "README.md is older than model.safetensors"),
     (lambda folder: (folder / "README.md").write_text("# a card\n"), "README.md does not start with YAML front matter"),
-], ids=["drifted-vendored-code", "no-weights", "no-arms", "stale-card", "card-without-front-matter"])
+    (lambda folder: (folder / "tokenizer_config.json").write_text('{"local_files_only": true}'),
+     r"tokenizer_config.json records where it was loaded from: local_files_only"),
+], ids=["drifted-vendored-code", "no-weights", "no-arms", "stale-card", "card-without-front-matter",
+        "tokenizer-config-of-this-machine"])
 def test_a_folder_that_is_not_ready_is_refused(tiny, tmp_path, spoil, message):
     folder = shutil.copytree(tiny[0], tmp_path / "captionbert-8192-v2")
     spoil(folder)

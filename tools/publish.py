@@ -32,6 +32,7 @@ import argparse
 import dataclasses
 import fnmatch
 import hashlib
+import json
 import shutil
 import sys
 import tempfile
@@ -161,6 +162,14 @@ def missing_weights(folder, files):
             if not any(fnmatch.fnmatchcase(name, pattern) for name in files)]
 
 
+def tokenizer_problems(folder):
+    """tokenizer_config.json must not carry where the tokenizer was loaded from on the machine that saved it."""
+    path = folder / "tokenizer_config.json"
+    recorded = json.loads(path.read_text()) if path.is_file() else {}
+    return [f"tokenizer_config.json records where it was loaded from: {key} (tools/runs.forget_load_location)"
+            for key in runs.LOAD_LOCATION if key in recorded]
+
+
 def card_problems(folder):
     """The model card: README.md with YAML front matter, and the card its run records give (tools/cards.py) when
     this checkout holds the export run that wrote it; a folder exported elsewhere must at least have a card no
@@ -271,7 +280,8 @@ def main(argv=None):
 
     plans = {folder: published_files(folder) for folder in config.folders}
     problems = [f"{folder.name}: {problem}" for folder, (files, _) in plans.items()
-                for problem in vendoring_problems(folder) + missing_weights(folder, files) + card_problems(folder)]
+                for problem in vendoring_problems(folder) + missing_weights(folder, files) + tokenizer_problems(folder)
+                + card_problems(folder)]
     if problems:
         raise SystemExit("not published; fix these first:\n  " + "\n  ".join(problems))
     for folder, (files, skipped) in plans.items():

@@ -23,6 +23,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 LIBRARIES = ("torch", "transformers", "tokenizers", "sentence-transformers", "safetensors", "numpy", "scipy",
              "onnxruntime", "accelerate")
+LOAD_LOCATION = ("is_local", "local_files_only")  # tokenizer_config.json keys of where the tokenizer was loaded from
 
 
 def add_config_flags(parser, config_class, skip=()):
@@ -94,6 +95,16 @@ def write_json(path, payload):
 
 def read_json(path):
     return json.loads(Path(path).read_text())
+
+
+def forget_load_location(folder):
+    """Rewrite folder/tokenizer_config.json without what transformers 5 records of where a loaded tokenizer came from
+    (is_local, local_files_only): it describes the machine that saved the folder, not the model, and a Hub folder
+    should not tell its users' tokenizer to stay offline."""
+    path = Path(folder) / "tokenizer_config.json"
+    recorded = json.loads(path.read_text())
+    kept = {key: value for key, value in recorded.items() if key not in LOAD_LOCATION}
+    path.write_text(json.dumps(kept, indent=2, sort_keys=True, ensure_ascii=False) + "\n")  # as transformers writes
 
 
 def records_config(folder, config):

@@ -12,7 +12,7 @@ import torch
 from transformers import AutoModel, AutoTokenizer
 
 from helpers import ROOT, assert_card_from_records, tiny_teacher
-from tools import corpus, teachers
+from tools import corpus, runs, teachers
 from tools.geolip import evaluate as geolip_evaluate
 from tools.geolip import export as geolip_export
 from tools.geolip import train as geolip_train
@@ -60,6 +60,7 @@ def test_tiny_run_trains_evaluates_and_exports_a_loadable_folder(tmp_path, data_
     assert checkpoint["step"] == 4 and not any(key.startswith("base.") for key in checkpoint["model"])
     model = AutoModel.from_pretrained(out / "final", trust_remote_code=True)
     assert model.encode(["a dog runs on the beach"]).shape == (1, 32)
+    assert not set(runs.LOAD_LOCATION) & set(runs.read_json(out / "final" / "tokenizer_config.json"))
     base_weights = AutoModel.from_pretrained(base).state_dict()
     assert all(torch.equal(value, model.base.state_dict()[key]) for key, value in base_weights.items())  # frozen
     assert geolip_train.main(argv) == 0  # complete: nothing to do

@@ -11,6 +11,7 @@ from safetensors.numpy import load_file
 
 from helpers import assert_card_from_records, finish, kill_when, run_tool
 from shared_modeling.identity import embedding_space, trunk_hash
+from tools import runs
 from tools.glyph import corpus as glyph_corpus
 from tools.glyph import evaluate as glyph_evaluate
 from tools.glyph import metrics as glyph_metrics
@@ -102,6 +103,7 @@ def test_trained_folder_loads_in_sentence_transformers_and_equals_a_manual_mean_
     texts = [t["anchor"] for t in read_triples(corpus / "test.jsonl")[:12]]
     final = trained / "final"
     assert not list(final.glob("*.py"))  # no custom code anywhere
+    assert not set(runs.LOAD_LOCATION) & set(runs.read_json(final / "tokenizer_config.json"))  # nothing of this machine
     st = SentenceTransformer(str(final), device="cpu")
     expected = st.encode(texts, convert_to_numpy=True)
     tokenizer, model = AutoTokenizer.from_pretrained(final), AutoModel.from_pretrained(final).eval()

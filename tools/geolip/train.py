@@ -212,6 +212,7 @@ def main(argv=None):
             shutil.rmtree(folder)
         model.save_pretrained(folder)
         model.tokenizer.save_pretrained(folder)
+        runs.forget_load_location(folder)
         plot_history([Panel("loss", {"loss": curve(history["train"], "loss")},
                             validation={"m_acc": curve(history["validation"], "m_acc")},
                             validation_label="validation m_acc", validation_limits=(0, 1))],

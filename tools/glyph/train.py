@@ -91,6 +91,7 @@ def save_sentence_transformer(encoder, tokenizer, config, final):
     if final.exists():
         shutil.rmtree(final)
     SentenceTransformer(modules=modules, device="cpu").save(str(final))
+    runs.forget_load_location(final)
     shutil.rmtree(plain)
 
 
