@@ -348,6 +348,8 @@ def test_pipeline_end_to_end_exports_a_loadable_folder_with_a_generated_card(tmp
     assert f"`trained_length` = {trained_length:,} in config.json" in card
     assert "the same budget from a random init" in card and "static distillation of the reference teacher" in card
     assert "**Training.** Started from select-from's own weights by weight selection (`--init select`" in card
+    assert "teachers, starting from select-from's own weights (weight selection;" in card  # the first sentence too
+    assert "from scratch from" not in card
     assert "positions come from the teacher" in card
     long_rows = json.loads((long_dir / "metrics.json").read_text())["rows"]
     assert f"| first 64 | {long_rows['64']['cosine']:.4f} | {long_rows['64']['top1']:.4f} |" in card

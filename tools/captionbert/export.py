@@ -183,6 +183,18 @@ def amoe_table(select):
     return "\n".join(lines)
 
 
+def origin(init):
+    """The card's first sentence's account of where the weights started (train.py's `init` record)."""
+    teacher = Path(init.get("teacher", "").removeprefix("teacher:")).name
+    if init["kind"] == "select":
+        return (f"distilled from the geometric consensus of several teachers, starting from {teacher}'s own weights "
+                "(weight selection; the table below has the same budget from scratch)")
+    if init["kind"] == "static":
+        return (f"distilled from the geometric consensus of several teachers, its token embeddings starting from a "
+                f"static distillation of {teacher}")
+    return "distilled from scratch from the geometric consensus of several teachers"
+
+
 def training_start(init):
     """The training paragraph's opening: where the student's weights started (train.py's `init` record)."""
     if init["kind"] == "select":
@@ -318,7 +330,7 @@ def card_context(metrics, extract_manifest, extraction, align_report, distill_me
                      for t, a in ((t, align_report["teachers"][t["name"]]) for t in teachers)],
         "consensus_rows": f"{align_report['consensus_rows']:,}", "chunks_kept": align_report["chunks_kept"],
         "chunks_dropped": len(align_report["chunks_dropped"]),
-        "training_start": training_start(init), "temperature": distill_config["temperature"],
+        "origin": origin(init), "training_start": training_start(init), "temperature": distill_config["temperature"],
         "mse_weight": f"{distill_config['mse_weight']:g}", "learning_rate": f"{distill_config['learning_rate']:g}",
         "warmup_steps": distill_config["warmup_steps"], "precision": distill_config["precision"],
         "max_length": distill_config["max_length"], "seed": distill_config["seed"],
