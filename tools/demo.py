@@ -140,7 +140,7 @@ def demo_steps(data_dir, budget=BUDGETS["quick"]):
                                     "--amoe", f"{root}/amoe/select",
                                     "--out", f"{root}/captionbert/export"]),
     ]
-    # Every geolip run, of either budget, has the teacher embed the same texts (about an hour of float32 on 2 cores):
+    # Every geolip run, of either budget, has the teacher embed the same texts (26 min of float32 on 2 AVX2 cores):
     # one cache, outside the budgets' folders; its index names the teacher, precision and texts it holds.
     teacher_cache = ["--teacher-cache", "runs/geolip-teacher/teacher.npy"]
     steps += [

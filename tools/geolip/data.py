@@ -75,7 +75,7 @@ PRESETS = {
     # 320 steps x 32 texts (about 3 passes over the training texts) fit the 40-minute budget on 2 cores. Measured
     # quiet in float32 on an AVX2-only CPU (runs/levers/geolip-cos, 192 steps): 5.3 s a step and 11 min for the
     # projector's initialisation and the final rows, so ~28 + 11 min; the teacher's embeddings come from the shared
-    # cache (an hour to build, once).
+    # cache (26 min to build on that CPU, once).
     # Its window is CLIP's 77 tokens, although all-MiniLM-L6-v2 reads 256: the case the memory is for, a base that
     # stops at 77, while the whole-text row shows what reading everything gives.
     "cpu": {"base": "all-MiniLM-L6-v2", "base_pooling": "mean", "base_window": 77,
@@ -199,7 +199,7 @@ def cached_teacher_embeddings(config, texts, part=""):
 def teacher_embeddings(config, teacher, texts, part=""):
     """teacher_encode(texts), through the cache (teacher_cache; `part` names another set of texts beside the main
     one). Texts are embedded TEACHER_CHUNK at a time, each chunk saved to <cache>-partial.npy (indexed like the
-    cache), so a run killed during the teacher's pass (an hour of float32 on 2 cores) resumes at its last saved
+    cache), so a run killed during the teacher's pass (26 min of float32 on 2 AVX2 cores) resumes at its last saved
     chunk."""
     embeddings = cached_teacher_embeddings(config, texts, part)
     if embeddings is not None:
