@@ -99,8 +99,7 @@ def read_json(path):
 
 def forget_load_location(folder):
     """Rewrite folder/tokenizer_config.json without what transformers 5 records of where a loaded tokenizer came from
-    (is_local, local_files_only): it describes the machine that saved the folder, not the model, and a Hub folder
-    should not tell its users' tokenizer to stay offline."""
+    (is_local, local_files_only): they describe the machine that saved the folder, not the model."""
     path = Path(folder) / "tokenizer_config.json"
     recorded = json.loads(path.read_text())
     kept = {key: value for key, value in recorded.items() if key not in LOAD_LOCATION}
