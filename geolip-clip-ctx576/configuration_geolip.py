@@ -30,8 +30,9 @@ class GeolipConfig(PreTrainedConfig):
         the most segments of a text (together they cover segment_size + (max_segments - 1) * segment_stride tokens).
     memory_slots / memory_layers / memory_heads: the memory bank's anchors, its cross-attention layers over the
         segment anchors, and the attention heads of every cross-attention.
-    readout_anchors: whether the readout reads every segment anchor of the text beside the final memory slots
-        (True) or the memory slots only (False, the published readout; a config saved before the field existed).
+    readout_anchors: which segment anchors of the text the readout reads beside the final memory slots: "none" (the
+        published readout; a config saved before the field existed), "all", or "past_window" (the segments that
+        reach past the base's window: what the window embedding has not read).
     teacher_dim: width of the teacher the projector maps into (training only; ModernBERT-large: 1,024).
     layer_norm_eps: epsilon of the memory system's LayerNorms.
     """
@@ -49,7 +50,7 @@ class GeolipConfig(PreTrainedConfig):
     memory_slots: int = 64
     memory_layers: int = 2
     memory_heads: int = 8
-    readout_anchors: bool = False
+    readout_anchors: str = "none"
     teacher_dim: int = 1024
     layer_norm_eps: float = 1e-5
 
@@ -72,6 +73,8 @@ class GeolipConfig(PreTrainedConfig):
         if self.segment_stride > self.segment_size:
             raise ValueError(f"segment_stride ({self.segment_stride}) above segment_size ({self.segment_size}) "
                              f"would skip tokens")
+        if self.readout_anchors not in ("none", "all", "past_window"):
+            raise ValueError(f"readout_anchors must be 'none', 'all' or 'past_window', got {self.readout_anchors!r}")
         if self.base_pooling not in ("eos", "mean"):
             raise ValueError(f"base_pooling must be 'eos' or 'mean', got {self.base_pooling!r}")
         base = self.base

@@ -10,8 +10,9 @@ every segment of every text runs through the frozen base in ONE more batched cal
 and the memory (`GeometricMemory`, 64 slots) runs over the segments in order, its state passed explicitly from
 segment to segment: the slots read the segment's fused tokens (cross-attention), then every anchor so far (2
 cross-attention layers: the bank), and a GRU gate decides how much of each slot to update. Finally the readout: the
-window embedding attends to the final memory (memory -> base cross-attention; with readout_anchors, to every segment
-anchor of the text as well), and what that adds goes through a zero-initialised projection: embedding = window
+window embedding attends to the final memory (memory -> base cross-attention; with readout_anchors, to the text's
+segment anchors as well: all, or those past the window), and what that adds goes through a zero-initialised
+projection: embedding = window
 embedding + residual. So the output stays in the base's embedding space, and an untrained memory returns exactly the
 base on its window; training can only add what lies past it.
 The teacher projector (hidden -> 1,024) is used in training only. Legend: B texts, S segments of the batch, T
@@ -230,8 +231,13 @@ class GeolipModel(TextEncoderMixin, GeolipPreTrainedModel):
             state = state.index_put((active,), updated)
         query = window.unsqueeze(1)  # (B, 1, D): the window embedding reads the final memory
         keys, key_mask = state, torch.ones(state.shape[:2], dtype=torch.bool, device=state.device)
-        if self.config.readout_anchors:  # and every segment anchor of its text
-            keys, key_mask = torch.cat([keys, by_text], 1), torch.cat([key_mask, valid], 1)  # (B, M + n, D)
+        if self.config.readout_anchors != "none":  # and segment anchors of its text
+            reads = valid
+            if self.config.readout_anchors == "past_window":  # only segments with tokens the window did not read
+                lengths = torch.zeros(valid.shape, dtype=torch.long, device=valid.device)
+                lengths = lengths.index_put(valid.nonzero(as_tuple=True), token_mask.sum(1) - 2)  # content tokens
+                reads = valid & (positions * self.config.segment_stride + lengths > self.config.base_window - 2)
+            keys, key_mask = torch.cat([keys, by_text], 1), torch.cat([key_mask, reads], 1)  # (B, M + n, D)
         read = self.readout(query, keys, key_mask)
         embedding = query + self.residual_projection(read - query)  # (B, 1, D); exactly the window at init
         return GeolipOutput(last_hidden_state=embedding, pooler_output=l2_normalize(embedding[:, 0]),

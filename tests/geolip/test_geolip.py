@@ -117,8 +117,8 @@ def test_a_readout_of_the_segment_anchors_starts_at_the_window_and_reads_only_it
     it is still exactly the base on its window; trained, it reads something the memory slots alone do not give, and
     a text's embedding does not depend on the other texts of its batch (their anchors are masked)."""
     folder, slots_only = tiny
-    model = AutoModel.from_pretrained(folder, trust_remote_code=True, readout_anchors=True).eval()
-    assert model.config.readout_anchors and not slots_only.config.readout_anchors
+    model = AutoModel.from_pretrained(folder, trust_remote_code=True, readout_anchors="all").eval()
+    assert model.config.readout_anchors == "all" and slots_only.config.readout_anchors == "none"
     with torch.no_grad():
         reading = model(texts=TEXTS).last_hidden_state[:, 0]
         assert not torch.allclose(reading, slots_only(texts=TEXTS).last_hidden_state[:, 0], atol=1e-4)
@@ -127,6 +127,20 @@ def test_a_readout_of_the_segment_anchors_starts_at_the_window_and_reads_only_it
         model.residual_projection.weight.zero_()
         ids = model.content_ids(TEXTS)
         assert torch.equal(model(texts=TEXTS).last_hidden_state[:, 0], model.window_embedding(ids))
+
+
+def test_a_readout_past_the_window_reads_no_anchor_of_a_text_that_fits_its_window(tiny):
+    """readout_anchors="past_window": the readout reads only the anchors of segments with tokens past the window, so a
+    text that fits its window (TEXTS[0], TEXTS[2]) reads the memory slots alone, as the published readout does,
+    and the long text (TEXTS[1]) reads fewer anchors than with "all" (its first segments lie in the window)."""
+    folder, slots_only = tiny
+    past, every = (AutoModel.from_pretrained(folder, trust_remote_code=True, readout_anchors=which).eval()
+                   for which in ("past_window", "all"))
+    with torch.no_grad():
+        reading, published = past(texts=TEXTS).last_hidden_state[:, 0], slots_only(texts=TEXTS).last_hidden_state[:, 0]
+        torch.testing.assert_close(reading[[0, 2]], published[[0, 2]])
+        assert not torch.allclose(reading[1], published[1], atol=1e-4)
+        assert not torch.allclose(reading[1], every(texts=TEXTS).last_hidden_state[1, 0], atol=1e-4)
 
 
 def test_from_pretrained_loads_the_trained_residual_projection(tiny):
@@ -191,6 +205,7 @@ def test_bad_inputs_and_over_long_texts(tiny):
 def test_config_rejects_bad_values(tmp_path):
     for i, (override, message) in enumerate([
             ({"segment_stride": 20}, "skip tokens"), ({"base_pooling": "cls"}, "base_pooling"),
+            ({"readout_anchors": "tail"}, "readout_anchors must be"),
             ({"fusion_layers": 14}, "fusion_layers"), ({"memory_heads": 5}, "memory_heads"),
             ({"segment_size": 80}, "positions"), ({"base_window": 2}, "at least 3"),
             ({"base_window": 78}, r"base_window \(78\) .* the base's 77 positions"),

@@ -58,8 +58,8 @@ class Config:
     fusion_layers: int = 6  # the base's last hidden states the layer fusion and depth compressor read
     memory_slots: int = 64  # the memory bank's anchors
     memory_heads: int = 8  # attention heads of the memory's cross-attentions (must divide the base's width)
-    readout_anchors: bool = False  # the readout reads every segment anchor beside the memory slots (False: the
-    #                                 published readout, the memory slots only)
+    readout_anchors: str = "none"  # segment anchors the readout reads beside the memory slots: none (the published
+    #                                readout) | all | past_window (the segments that reach past the window)
     warmup_fraction: float = 0.06  # share of the steps spent warming up
     precision: str = "auto"  # forward pass: bf16 autocast (losses and optimiser float32) | fp32 | auto: bf16 where
     #                          the hardware computes it (tools/training.resolve_precision), else fp32
