@@ -33,6 +33,9 @@ class GeolipConfig(PreTrainedConfig):
     readout_anchors: which segment anchors of the text the readout reads beside the final memory slots: "none" (the
         published readout; a config saved before the field existed), "all", or "past_window" (the segments that
         reach past the base's window: what the window embedding has not read).
+    readout_source: what stands for each of those segments among the readout's keys: "anchors" (its depth-compressor
+        anchor, trained) or "base" (its own base embedding, the pooled output of the frozen base on the segment: in
+        the window embedding's own space from the first step). Unused when readout_anchors is "none".
     teacher_dim: width of the teacher the projector maps into (training only; ModernBERT-large: 1,024).
     layer_norm_eps: epsilon of the memory system's LayerNorms.
     """
@@ -51,6 +54,7 @@ class GeolipConfig(PreTrainedConfig):
     memory_layers: int = 2
     memory_heads: int = 8
     readout_anchors: str = "none"
+    readout_source: str = "anchors"
     teacher_dim: int = 1024
     layer_norm_eps: float = 1e-5
 
@@ -75,6 +79,8 @@ class GeolipConfig(PreTrainedConfig):
                              f"would skip tokens")
         if self.readout_anchors not in ("none", "all", "past_window"):
             raise ValueError(f"readout_anchors must be 'none', 'all' or 'past_window', got {self.readout_anchors!r}")
+        if self.readout_source not in ("anchors", "base"):
+            raise ValueError(f"readout_source must be 'anchors' or 'base', got {self.readout_source!r}")
         if self.base_pooling not in ("eos", "mean"):
             raise ValueError(f"base_pooling must be 'eos' or 'mean', got {self.base_pooling!r}")
         base = self.base

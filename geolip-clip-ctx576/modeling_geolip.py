@@ -11,7 +11,8 @@ and the memory (`GeometricMemory`, 64 slots) runs over the segments in order, it
 segment to segment: the slots read the segment's fused tokens (cross-attention), then every anchor so far (2
 cross-attention layers: the bank), and a GRU gate decides how much of each slot to update. Finally the readout: the
 window embedding attends to the final memory (memory -> base cross-attention; with readout_anchors, to the text's
-segment anchors as well: all, or those past the window), and what that adds goes through a zero-initialised
+segments as well: all, or those past the window, each by its anchor or, with readout_source "base", by its own base
+embedding), and what that adds goes through a zero-initialised
 projection: embedding = window embedding + residual. So the output stays in the base's embedding space, and an
 untrained memory returns exactly the base on its window; training can only add what lies past it.
 The teacher projector (hidden -> 1,024) is used in training only. Legend: B texts, S segments of the batch, T
@@ -174,8 +175,7 @@ class GeolipModel(TextEncoderMixin, GeolipPreTrainedModel):
     def embed(self, content_ids):
         """The content token ids of B texts -> GeolipOutput: the window and the segments through the base (one
         batched call each), then the memory and the readout."""
-        layers, token_mask, _, counts = self.segments(content_ids)
-        return self.embed_segments(self.window_embedding(content_ids), layers, token_mask, counts)
+        return self.embed_segments(self.window_embedding(content_ids), *self.segments(content_ids))
 
     def pool(self, last, attention_mask):
         """The base's own embedding of each row from its last hidden states (N, T, D) -> (N, D), by base_pooling."""
@@ -208,7 +208,7 @@ class GeolipModel(TextEncoderMixin, GeolipPreTrainedModel):
         # CLIP applies its final LayerNorm to last_hidden_state, not to hidden_states[-1]
         return layers, attention_mask.bool(), self.pool(output.last_hidden_state, attention_mask), counts
 
-    def embed_segments(self, window, layers, token_mask, counts):
+    def embed_segments(self, window, layers, token_mask, own, counts):
         """The memory run over the segments of each text (the output of `segments`), then the readout from the
         texts' window embeddings (B, D)."""
         fused = self.fusion(layers)  # (S, T, D)
@@ -230,13 +230,16 @@ class GeolipModel(TextEncoderMixin, GeolipPreTrainedModel):
             state = state.index_put((active,), updated)
         query = window.unsqueeze(1)  # (B, 1, D): the window embedding reads the final memory
         keys, key_mask = state, torch.ones(state.shape[:2], dtype=torch.bool, device=state.device)
-        if self.config.readout_anchors != "none":  # and segment anchors of its text
+        if self.config.readout_anchors != "none":  # and segments of its text: their anchors or own embeddings
+            segment_keys = by_text
+            if self.config.readout_source == "base":
+                segment_keys = torch.zeros_like(by_text).index_put(valid.nonzero(as_tuple=True), own.to(by_text.dtype))
             reads = valid
             if self.config.readout_anchors == "past_window":  # only segments with tokens the window did not read
                 lengths = torch.zeros(valid.shape, dtype=torch.long, device=valid.device)
                 lengths = lengths.index_put(valid.nonzero(as_tuple=True), token_mask.sum(1) - 2)  # content tokens
                 reads = valid & (positions * self.config.segment_stride + lengths > self.config.base_window - 2)
-            keys, key_mask = torch.cat([keys, by_text], 1), torch.cat([key_mask, reads], 1)  # (B, M + n, D)
+            keys, key_mask = torch.cat([keys, segment_keys], 1), torch.cat([key_mask, reads], 1)  # (B, M + n, D)
         read = self.readout(query, keys, key_mask)
         embedding = query + self.residual_projection(read - query)  # (B, 1, D); exactly the window at init
         return GeolipOutput(last_hidden_state=embedding, pooler_output=l2_normalize(embedding[:, 0]),

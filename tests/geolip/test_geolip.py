@@ -143,6 +143,20 @@ def test_a_readout_past_the_window_reads_no_anchor_of_a_text_that_fits_its_windo
         assert not torch.allclose(reading[1], every(texts=TEXTS).last_hidden_state[1, 0], atol=1e-4)
 
 
+def test_a_readout_of_the_segments_own_base_embeddings_reads_them_in_place_of_the_anchors(tiny):
+    """readout_source="base": the readout's segment keys are each segment's own base embedding, not its anchor. The
+    texts that fit their window read the slots alone either way; the long text reads something else than through the
+    anchors, and its embedding still does not depend on the other texts of its batch."""
+    folder, _ = tiny
+    own, anchors = (AutoModel.from_pretrained(folder, trust_remote_code=True, readout_anchors="past_window",
+                                              readout_source=source).eval() for source in ("base", "anchors"))
+    with torch.no_grad():
+        reading, through_anchors = own(texts=TEXTS).last_hidden_state[:, 0], anchors(texts=TEXTS).last_hidden_state[:, 0]
+        torch.testing.assert_close(reading[[0, 2]], through_anchors[[0, 2]])
+        assert not torch.allclose(reading[1], through_anchors[1], atol=1e-4)
+        torch.testing.assert_close(own(texts=[TEXTS[1]]).last_hidden_state[0, 0], reading[1])
+
+
 def test_from_pretrained_loads_the_trained_residual_projection(tiny):
     from safetensors.torch import load_file
 
@@ -206,6 +220,7 @@ def test_config_rejects_bad_values(tmp_path):
     for i, (override, message) in enumerate([
             ({"segment_stride": 20}, "skip tokens"), ({"base_pooling": "cls"}, "base_pooling"),
             ({"readout_anchors": "tail"}, "readout_anchors must be"),
+            ({"readout_source": "own"}, "readout_source must be"),
             ({"fusion_layers": 14}, "fusion_layers"), ({"memory_heads": 5}, "memory_heads"),
             ({"segment_size": 80}, "positions"), ({"base_window": 2}, "at least 3"),
             ({"base_window": 78}, r"base_window \(78\) .* the base's 77 positions"),

@@ -60,6 +60,8 @@ class Config:
     memory_heads: int = 8  # attention heads of the memory's cross-attentions (must divide the base's width)
     readout_anchors: str = "none"  # segment anchors the readout reads beside the memory slots: none (the published
     #                                readout) | all | past_window (the segments that reach past the window)
+    readout_source: str = "anchors"  # what stands for each such segment: anchors (the depth compressor's) | base
+    #                                  (its own base embedding, in the window embedding's space from the start)
     warmup_fraction: float = 0.06  # share of the steps spent warming up
     precision: str = "auto"  # forward pass: bf16 autocast (losses and optimiser float32) | fp32 | auto: bf16 where
     #                          the hardware computes it (tools/training.resolve_precision), else fp32
@@ -161,7 +163,7 @@ def build_model(config, teacher_dim):
         base_pooling=config.base_pooling, base_window=config.base_window, segment_size=config.segment_size,
         segment_stride=config.segment_stride, max_segments=config.max_segments, fusion_layers=config.fusion_layers,
         memory_slots=config.memory_slots, memory_heads=config.memory_heads, readout_anchors=config.readout_anchors,
-        teacher_dim=teacher_dim)
+        readout_source=config.readout_source, teacher_dim=teacher_dim)
     model = AutoModel.from_config(geolip_config, trust_remote_code=True)
     model.base.requires_grad_(False)  # the training loop optimises, and checkpoints, what requires grad
     base = (CLIPTextModel if clip else AutoModel).from_pretrained(source)

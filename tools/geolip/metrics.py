@@ -41,7 +41,7 @@ def row_embeddings(model, texts, batch_size, whole=None):
             ids = content_ids[start:start + batch_size]
             window = model.window_embedding(ids)
             layers, mask, own, counts = model.segments(ids)
-            rows["memory"].append(model.embed_segments(window, layers, mask, counts).last_hidden_state[:, 0])
+            rows["memory"].append(model.embed_segments(window, layers, mask, own, counts).last_hidden_state[:, 0])
             rows["window"].append(window)
             starts = np.cumsum([0, *counts[:-1]])
             rows["first_segment"].append(own[starts])
