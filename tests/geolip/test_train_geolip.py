@@ -49,6 +49,7 @@ def test_tiny_run_trains_evaluates_and_exports_a_loadable_folder(tmp_path, data_
         assert abs(row["mean_cosine"]) <= 1 + 1e-6  # float32 cosines of unit vectors overshoot 1 by rounding
     # the rows that stop at the window see one text per group: exactly 1 in 10; the teacher finds itself
     assert final["rows"]["window"]["spliced_top1"] == final["rows"]["first_segment"]["spliced_top1"] == 1 / 10
+    assert final["rows"]["window_linear"]["spliced_top1"] == 1 / 10
     assert final["rows"]["teacher"]["m_acc"] == final["rows"]["teacher"]["spliced_top1"] == 1
     init = metrics["projector_init"]
     assert init["cosine_after"] > init["cosine_before"]  # Procrustes beats a random projector
@@ -252,6 +253,30 @@ def test_texts_that_end_within_the_window_give_no_spliced_groups(held_out, capsy
     _, tokenizer = held_out
     assert geolip_data.spliced_tails(tokenizer, ["a dog runs on the beach"] * 30, 77, 10, 8, seed=0) == ([], 0)
     assert "0 held-out texts run past the 77-token window" in capsys.readouterr().out
+
+
+def test_the_window_linear_map_is_the_least_squares_fit_of_the_window_embeddings():
+    """window_linear_map recovers a linear relation that holds exactly between the window embeddings and the
+    targets, and a least-squares map otherwise (its residual is orthogonal to the embeddings)."""
+    generator = torch.Generator().manual_seed(0)
+    windows = torch.nn.functional.normalize(torch.randn(40, 6, generator=generator), dim=-1)
+
+    class Windows:  # what the map reads: the tokenizer, and the window embeddings of a batch of token ids
+        def tokenizer(self, texts, **options):
+            return {"input_ids": [[int(text)] for text in texts]}
+
+        def window_embedding(self, ids):
+            return windows[[row[0] for row in ids]]
+
+    texts = [str(i) for i in range(40)]
+    exact = torch.randn(6, 6, generator=generator)
+    targets = windows @ torch.linalg.qr(exact).Q  # unit rows: normalising changes nothing
+    torch.testing.assert_close(geolip_metrics.window_linear_map(Windows(), texts, targets, 7),
+                               torch.linalg.qr(exact).Q, atol=1e-4, rtol=1e-4)
+    noisy = torch.randn(40, 9, generator=generator)
+    fitted = geolip_metrics.window_linear_map(Windows(), texts, noisy, 7)
+    residual = torch.nn.functional.normalize(noisy, dim=-1) - windows @ fitted
+    assert torch.allclose(windows.T @ residual, torch.zeros(6, 9), atol=1e-4)
 
 
 def test_spliced_top1_on_known_cases():

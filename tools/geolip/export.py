@@ -37,7 +37,7 @@ from tools.geolip.data import split_texts, training_config
 from tools.geolip.metrics import ROWS
 
 GEOLIP = registry.GEOLIP.path
-BASELINES = ("window", "first_segment", "segment_mean", "whole")  # the rows the memory is measured against
+BASELINES = ("window", "window_linear", "first_segment", "segment_mean", "whole")  # the rows the memory is measured against
 MEASURES = {"m_acc": "m_acc", "recall_at_5": "recall@5", "mrr": "MRR", "mean_cosine": "mean cosine to the teacher",
             "spliced_top1": "spliced-tails top-1"}
 
@@ -137,6 +137,7 @@ def row_name(name, evaluation):
     """A row's name in the card: the windows it reads are the evaluation's."""
     return {"memory": "**memory (this model)**",
             "window": f"the base on its window ({evaluation['base_window']} tokens)",
+            "window_linear": "the base on its window, through a linear map fitted on every training text",
             "first_segment": f"the base on its first segment ({evaluation['segment_size']} tokens)",
             "segment_mean": "the mean of the base's per-segment embeddings",
             "whole": f"the base reading the whole text (up to {evaluation['whole_window']} tokens)",

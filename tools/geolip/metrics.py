@@ -14,9 +14,10 @@ from tools import runs
 from tools.geolip.data import base_folder
 
 
-# The model, the base on its window, on its first segment, the mean of its segments, the base on the whole text (when
-# it reads more than the window) and the teacher itself.
-ROWS = ("memory", "window", "first_segment", "segment_mean", "whole", "teacher")
+# The model, the base on its window (mapped by Procrustes, and by a least-squares linear map fitted on every training
+# text), on its first segment, the mean of its segments, the base on the whole text (when it reads more than the
+# window) and the teacher itself.
+ROWS = ("memory", "window", "window_linear", "first_segment", "segment_mean", "whole", "teacher")
 
 
 def whole_window(config, base):
@@ -32,8 +33,8 @@ def whole_window(config, base):
 
 def row_embeddings(model, texts, batch_size, whole=None):
     """{row: (N, D)} of `texts` in the base's space, without autograd: memory (the model, before its projector),
-    window, first_segment, segment_mean, and whole (the base on each text's first `whole` tokens) unless whole is
-    None."""
+    window (and window_linear, the same embeddings: only their map differs), first_segment, segment_mean, and whole
+    (the base on each text's first `whole` tokens) unless whole is None."""
     content_ids = model.content_ids(texts)
     rows = {name: [] for name in ("memory", "window", "first_segment", "segment_mean")}
     with torch.no_grad():
@@ -50,7 +51,19 @@ def row_embeddings(model, texts, batch_size, whole=None):
             uncut = model.tokenizer(texts, add_special_tokens=False, verbose=False)["input_ids"]
             rows["whole"] = [model.window_embedding(uncut[start:start + batch_size], whole)
                              for start in range(0, len(texts), batch_size)]
-    return {name: torch.cat(chunks) for name, chunks in rows.items()}
+    rows = {name: torch.cat(chunks) for name, chunks in rows.items()}
+    return {**rows, "window_linear": rows["window"]}
+
+
+def window_linear_map(model, texts, targets, batch_size):
+    """(D, D'): the least-squares linear map from the base's window embeddings of `texts` (every training text) onto
+    their teacher embeddings `targets`, both L2-normalised: the most a linear head on the window alone gives, with no
+    memory (the window_linear row; the memory must beat it to be worth more than such a head)."""
+    content_ids = model.tokenizer(texts, add_special_tokens=False, verbose=False)["input_ids"]  # the window cuts them
+    with torch.no_grad():
+        windows = torch.cat([model.window_embedding(content_ids[start:start + batch_size])
+                             for start in range(0, len(texts), batch_size)])
+    return torch.linalg.lstsq(F.normalize(windows, dim=-1), F.normalize(targets.float(), dim=-1)).solution
 
 
 def procrustes_maps(rows, targets):
@@ -62,9 +75,9 @@ def procrustes_maps(rows, targets):
 
 def teacher_space(model, maps, rows, targets):
     """{row: (N, D')} in ROWS order: the rows (row_embeddings) in the teacher's space, the memory through its trained
-    projector, every other row through its own map (procrustes_maps), and the teacher row, the teacher's own
-    embeddings `targets` of the same texts (already there: a map fitted on fewer texts than its width would not be
-    the identity)."""
+    projector, every other row through its own map (procrustes_maps; window_linear_map), and the teacher row, the
+    teacher's own embeddings `targets` of the same texts (already there: a map fitted on fewer texts than its width
+    would not be the identity)."""
     with torch.no_grad():
         mapped = {name: model.projector(embeddings) if name == "memory" else embeddings @ maps[name]
                   for name, embeddings in rows.items()}

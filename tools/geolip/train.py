@@ -28,7 +28,8 @@ m_acc: top-1 retrieval of each validation text's teacher embedding, among the wh
 student embedding.
 Rows measured on the held-out gallery at the end, each baseline mapped into the teacher's space by its own orthogonal
 Procrustes map fitted on the projector's initialisation sample (ROWS): memory (the model, through its trained
-projector), window (the base on its window: the floor), first_segment (the base on the first segment),
+projector), window (the base on its window: the floor), window_linear (the same through a least-squares linear map
+fitted on every training text instead: a linear head with no memory), first_segment (the base on the first segment),
 segment_mean (the mean of its segment embeddings), whole (the base reading as much as it natively can: its
 sentence-transformers max_seq_length, all-MiniLM-L6-v2's 256, or its position limit; absent when that is no more
 than the window, as for CLIP) and teacher (the teacher's own embeddings, unmapped: the reference). Each row gets
@@ -64,7 +65,7 @@ from tools import encoders, runs
 from tools.geolip.data import (PRESETS, Config, base_folder, build_model, split_texts, spliced_tails,
                                teacher_embeddings, teacher_encode)
 from tools.geolip.metrics import (m_acc, mean_cosine, procrustes_maps, row_embeddings, spliced_top1, teacher_space,
-                                  whole_window)
+                                  whole_window, window_linear_map)
 from tools.plots import Panel, curve, plot_history
 from tools.training import batch_at, resolve_precision, run_stage
 
@@ -154,6 +155,7 @@ def main(argv=None):
         sample = list(range(min(config.init_texts, len(training))))
         rows = row_embeddings(model, [training[i] for i in sample], config.batch_size, whole)
         maps = procrustes_maps(rows, train_targets[sample])
+        maps["window_linear"] = window_linear_map(model, training, train_targets, config.batch_size)
         student = rows["memory"]
         before = mean_cosine(model.projector(student).detach(), train_targets[sample])
         with torch.no_grad():
