@@ -8,19 +8,19 @@ fitted on are the training run's own (tools/geolip/train.py, rebuilt from its co
 final/ the way users load it (AutoModel, trust_remote_code). Rows (tools/geolip/metrics.ROWS):
   memory         the model's embedding through its trained teacher projector;
   window         the frozen base on the text's own window (base_window tokens, CLIP's 77): the floor;
-  window_linear  the same embeddings through a least-squares linear map fitted on every training text (not
-                 Procrustes): what a linear head on the window alone gives, with no memory;
+  window_linear  the same embeddings through a ridge least-squares linear map fitted on every training text
+                 (not Procrustes): what a linear head on the window alone gives, with no memory;
   first_segment  the frozen base on the text's first segment only;
   segment_mean   the mean of the base's own embeddings of all the text's segments (the same segments, no memory);
   whole          the frozen base reading as much of the text as it natively can (all-MiniLM-L6-v2: 256 tokens), a
                  ceiling that a CLIP base does not have (the row is absent then);
   teacher        the teacher's own embeddings, already in its space (the reference: 1 by construction);
 each other row but the memory and window_linear mapped into the teacher's space by its own orthogonal Procrustes map,
-fitted on the same training sample as the projector's initialisation. Measures, every held-out text querying the whole gallery of
-held-out teacher embeddings by cosine: top-1 accuracy (m_acc), recall@5, mean reciprocal rank, and the mean cosine to
-the text's own teacher embedding; and spliced-tails top-1: each spliced text retrieving its own teacher embedding
-among its group's k (texts that share their first base_window tokens; the window row scores 1 / k). The out folder
-gets metrics.json (rows, gallery size, spliced groups, the windows, the texts' token lengths and segment counts, the
+fitted on the same training sample as the projector's initialisation. Measures, every held-out text querying the
+whole gallery of held-out teacher embeddings by cosine: top-1 accuracy (m_acc), recall@5, mean reciprocal rank, and
+the mean cosine to the text's own teacher embedding; and spliced-tails top-1: each spliced text retrieving its own
+teacher embedding among its group's k (texts that share their first base_window tokens; the window row scores 1 / k).
+The out folder gets metrics.json (rows, gallery size, spliced groups, the windows, the texts' token lengths and segment counts, the
 weights' sha256) and the run record.
 """
 

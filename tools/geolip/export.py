@@ -37,7 +37,8 @@ from tools.geolip.data import split_texts, training_config
 from tools.geolip.metrics import ROWS
 
 GEOLIP = registry.GEOLIP.path
-BASELINES = ("window", "window_linear", "first_segment", "segment_mean", "whole")  # the rows the memory is measured against
+# the rows the memory is measured against
+BASELINES = ("window", "window_linear", "first_segment", "segment_mean", "whole")
 MEASURES = {"m_acc": "m_acc", "recall_at_5": "recall@5", "mrr": "MRR", "mean_cosine": "mean cosine to the teacher",
             "spliced_top1": "spliced-tails top-1"}
 

@@ -28,9 +28,9 @@ m_acc: top-1 retrieval of each validation text's teacher embedding, among the wh
 student embedding.
 Rows measured on the held-out gallery at the end, each baseline mapped into the teacher's space by its own orthogonal
 Procrustes map fitted on the projector's initialisation sample (ROWS): memory (the model, through its trained
-projector), window (the base on its window: the floor), window_linear (the same through a least-squares linear map
-fitted on every training text instead: a linear head with no memory), first_segment (the base on the first segment),
-segment_mean (the mean of its segment embeddings), whole (the base reading as much as it natively can: its
+projector), window (the base on its window: the floor), window_linear (the same through a ridge least-squares linear
+map fitted on every training text instead: a linear head with no memory), first_segment (the base on the first
+segment), segment_mean (the mean of its segment embeddings), whole (the base reading as much as it natively can: its
 sentence-transformers max_seq_length, all-MiniLM-L6-v2's 256, or its position limit; absent when that is no more
 than the window, as for CLIP) and teacher (the teacher's own embeddings, unmapped: the reference). Each row gets
 m_acc, the mean cosine to the teacher, and spliced-tails top-1: groups of --splice-k held-out texts that share their
