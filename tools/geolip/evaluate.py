@@ -20,8 +20,8 @@ fitted on the same training sample as the projector's initialisation. Measures, 
 whole gallery of held-out teacher embeddings by cosine: top-1 accuracy (m_acc), recall@5, mean reciprocal rank, and
 the mean cosine to the text's own teacher embedding; and spliced-tails top-1: each spliced text retrieving its own
 teacher embedding among its group's k (texts that share their first base_window tokens; the window row scores 1 / k).
-The out folder gets metrics.json (rows, gallery size, spliced groups, the windows, the texts' token lengths and segment counts, the
-weights' sha256) and the run record.
+The out folder gets metrics.json (rows, gallery size, spliced groups, the windows, the texts' token lengths and
+segment counts, the weights' sha256) and the run record.
 """
 
 import argparse
