@@ -12,9 +12,9 @@ segment to segment: the slots read the segment's fused tokens (cross-attention),
 cross-attention layers: the bank), and a GRU gate decides how much of each slot to update. Finally the readout: the
 window embedding attends to the final memory (memory -> base cross-attention; with readout_anchors, to the text's
 segments as well: all, or those past the window, each by its anchor or, with readout_source "base", by its own base
-embedding), and what that adds goes through a zero-initialised
-projection: embedding = window embedding + residual. So the output stays in the base's embedding space, and an
-untrained memory returns exactly the base on its window; training can only add what lies past it.
+embedding), and what that adds goes through a zero-initialised projection: embedding = window embedding + residual.
+So the output stays in the base's embedding space, and an untrained memory returns exactly the base on its window;
+training can only add what lies past it.
 The teacher projector (hidden -> 1,024) is used in training only. Legend: B texts, S segments of the batch, T
 tokens per segment (segment_size + 2), W the window (base_window), L fused layers, D hidden, M memory slots.
 """
