@@ -26,23 +26,15 @@ training texts, each text's CV averaged. The projector starts as the orthogonal 
 student onto the teacher on a training sample (the cosine before and after is recorded).
 m_acc: top-1 retrieval of each validation text's teacher embedding, among the whole gallery's, by its projected
 student embedding.
-Rows measured on the held-out gallery at the end, each baseline mapped into the teacher's space by its own orthogonal
-Procrustes map fitted on the projector's initialisation sample (ROWS): memory (the model, through its trained
-projector), window (the base on its window: the floor), window_linear (the same through a ridge least-squares linear
-map fitted on every training text instead: a linear head with no memory), first_segment (the base on the first
-segment), segment_mean (the mean of its segment embeddings), whole (the base reading as much as it natively can: its
-sentence-transformers max_seq_length, all-MiniLM-L6-v2's 256, or its position limit; absent when that is no more
-than the window, as for CLIP) and teacher (the teacher's own embeddings, unmapped: the reference). Each row gets
-m_acc, the mean cosine to the teacher, and spliced-tails top-1: groups of --splice-k held-out texts that share their
-first --base-window tokens (one description's prefix, cut at a word boundary, then the tails of splice_k others) and
-differ only after them; the teacher reads each whole, and each row's embedding must retrieve its own text's teacher
-embedding among the group's (the window row scores exactly 1 / splice_k: it sees one text).
+The card's rows (the model against its baselines on the held-out gallery and on spliced-tails groups) are
+tools/geolip/evaluate.py's; this run's teacher cache holds the embeddings it needs (training, held-out and spliced
+texts).
 Training: AdamW with linear warm-up and decay, bf16 autocast on the forward pass where the hardware computes bf16
 (--precision auto; float32 elsewhere; the losses always in float32).
 The out folder gets config.json, run.json, checkpoint-memory.pt, teacher.npy (the cache of the training, held-out
 and spliced texts' teacher embeddings, unless --teacher-cache names a shared one), tensorboard/, metrics.json
-(history, init, CV target, the final rows with the gallery size and the spliced groups, the minutes each phase
-took) and training_curve.png, and final/, the model folder (weights, tokenizer, remote code).
+(history, init, CV target, the minutes each phase took) and training_curve.png, and final/, the model folder
+(weights, tokenizer, remote code).
 """
 
 import argparse
@@ -64,8 +56,7 @@ from shared_modeling.segments import segment_spans
 from tools import encoders, runs
 from tools.geolip.data import (PRESETS, Config, base_folder, build_model, split_texts, spliced_tails,
                                teacher_embeddings, teacher_encode)
-from tools.geolip.metrics import (m_acc, mean_cosine, procrustes_maps, row_embeddings, spliced_top1, teacher_space,
-                                  whole_window, window_linear_map)
+from tools.geolip.metrics import m_acc, mean_cosine, procrustes_maps, row_embeddings
 from tools.plots import Panel, curve, plot_history
 from tools.training import batch_at, resolve_precision, run_stage
 
@@ -132,34 +123,29 @@ def main(argv=None):
 
     with runs.RunRecord(config.out, config, "geolip.train") as record:
         started = time.perf_counter()
+        # the spliced texts' embeddings are only cached here, for tools/geolip/evaluate.py
         targets = torch.from_numpy(teacher_embeddings(config, teacher, training + validation + splice))
         hard_targets = (torch.from_numpy(teacher_embeddings(config, teacher, hard, part="hard-negatives"))
                         if hard else None)
         teacher_minutes = (time.perf_counter() - started) / 60  # ~0 when the cache held them
-        train_targets, validation_targets, splice_targets = targets.split([len(training), len(validation),
-                                                                           len(splice)])
+        train_targets, validation_targets, _ = targets.split([len(training), len(validation), len(splice)])
         model = build_model(config, targets.shape[1])
-        whole = whole_window(config, model.config.base)
         train_ids, hard_ids = model.content_ids(training), model.content_ids(hard)
         hard_groups, k = len(hard) // config.splice_k, config.splice_k
         trainable = model.trainable_parameters()
         print(f"geolip: frozen base {sum(p.numel() for p in model.base.parameters()):,} parameters, trainable "
               f"{sum(p.numel() for p in trainable):,}; {len(training)} training texts, {len(validation)} held out; "
               f"{len(splice) // config.splice_k} spliced-tails groups of {config.splice_k} ({skipped} skipped); "
-              f"{hard_groups} hard-negative groups of training texts; "
-              + (f"whole-text row at {whole} tokens" if whole else
-                 f"no whole-text row: the base reads no more than its {config.base_window}-token window"))
+              f"{hard_groups} hard-negative groups of training texts")
         target_cv, cv_texts = cv_target(config, model, teacher, train_ids)
 
-        # The projector (and each row's map) starts as the orthogonal Procrustes map onto the teacher.
+        # The projector starts as the orthogonal Procrustes map onto the teacher (evaluate fits each baseline's
+        # map on the same sample).
         sample = list(range(min(config.init_texts, len(training))))
-        rows = row_embeddings(model, [training[i] for i in sample], config.batch_size, whole)
-        maps = procrustes_maps(rows, train_targets[sample])
-        maps["window_linear"] = window_linear_map(model, training, train_targets, config.batch_size)
-        student = rows["memory"]
+        student = row_embeddings(model, [training[i] for i in sample], config.batch_size)["memory"]
         before = mean_cosine(model.projector(student).detach(), train_targets[sample])
         with torch.no_grad():
-            model.projector.weight.copy_(maps["memory"].T)
+            model.projector.weight.copy_(procrustes_maps({"memory": student}, train_targets[sample])["memory"].T)
         init = {"texts": len(sample), "cosine_before": before,
                 "cosine_after": mean_cosine(model.projector(student).detach(), train_targets[sample])}
         print(f"projector init by Procrustes on {len(sample)} texts: cosine {init['cosine_before']:.3f} -> "
@@ -198,17 +184,6 @@ def main(argv=None):
         history = run_stage("memory", model, config.steps, config.learning_rate, loss_at, config, writer, validate)
         writer.close()
 
-        gallery = teacher_space(model, maps, row_embeddings(model, validation, config.batch_size, whole),
-                                validation_targets)
-        spliced = (teacher_space(model, maps, row_embeddings(model, splice, config.batch_size, whole), splice_targets)
-                   if splice else {})
-        final = {"gallery": len(validation), "base_window": config.base_window, "whole_window": whole,
-                 "splice": {"k": config.splice_k, "groups": len(splice) // config.splice_k, "skipped": skipped},
-                 "rows": {name: {"m_acc": m_acc(queries, validation_targets),
-                                 "mean_cosine": mean_cosine(queries, validation_targets),
-                                 "spliced_top1": (spliced_top1(spliced[name], splice_targets, config.splice_k)
-                                                  if splice else None)}
-                          for name, queries in gallery.items()}}
         folder = config.out / "final"
         if folder.exists():
             shutil.rmtree(folder)
@@ -224,16 +199,13 @@ def main(argv=None):
                    "trainable_parameters": sum(p.numel() for p in trainable),
                    "base_parameters": sum(p.numel() for p in model.base.parameters()),
                    "projector_init": init, "cv_target": {"value": target_cv, "texts": cv_texts},
-                   "final": final, "teacher_minutes": round(teacher_minutes, 1),
+                   "teacher_minutes": round(teacher_minutes, 1),
                    "training_minutes": round(history["training_seconds"] / 60, 1),
                    "history": history}
         runs.write_json(config.out / "metrics.json", metrics)
-        record.info["final"] = final
-    print(f"on {final['gallery']} held-out texts (m_acc, mean cosine to the teacher) and "
-          f"{final['splice']['groups']} spliced-tails groups of {config.splice_k} (top-1):")
-    for name, row in final["rows"].items():
-        spliced_row = "n/a" if row["spliced_top1"] is None else f"{row['spliced_top1']:.4f}"
-        print(f"  {name:14} {row['m_acc']:.4f}  {row['mean_cosine']:.4f}  {spliced_row}")
+        record.info["validation_m_acc"] = history["validation"][-1]["m_acc"]
+    print(f"validation m_acc {history['validation'][-1]['m_acc']:.4f} at step {history['validation'][-1]['step']}; "
+          f"the card's rows: python -m tools.geolip.evaluate --train {config.out} --out <folder>")
     print(f"wrote {folder}")
     return 0
 
