@@ -106,6 +106,8 @@ def test_tiny_run_trains_evaluates_and_exports_a_loadable_folder(tmp_path, data_
     card = (folder / "README.md").read_text()
     assert "## Ablation" in card and "This folder ships the 18 / 14 run. Against the\n18 / 14 run, its memory " \
         "measures the same on m_acc, mean cosine to the teacher, spliced-tails top-1." in card
+    above = rows["memory"]["m_acc"] > rows["window"]["m_acc"]  # the ablation's memory against its own window row
+    assert f"that memory's m_acc ({rows['memory']['m_acc']:.3f}) is {'still' if above else 'not'} above" in card
     assert_card_from_records(tmp_path / "export-ablation", folder)
     assert export["embedding_space"] == AutoModel.from_pretrained(folder, trust_remote_code=True).embedding_space
     (tmp_path / "eval" / "metrics.json").write_text(json.dumps({**evaluation, "weights_sha256": "0" * 64}))

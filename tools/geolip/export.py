@@ -197,7 +197,8 @@ def goals_table(goals, evaluation):
 
 def ablation_comparison(evaluation, train, ablation_eval, ablation_train):
     """The ablation's values for the card: its evaluation, the table rows of the two runs (the shipped one first) and
-    the measures on which the shipped run's memory is higher, lower or the same."""
+    the measures on which the shipped run's memory is higher, lower or the same; and whether the ablation's memory
+    still beats the base on its window on m_acc (with its CV term's reach)."""
     rows = []
     for run, run_train, shipped in ((evaluation, train, "shipped"), (ablation_eval, ablation_train, "")):
         row = run["rows"]["memory"]
@@ -211,7 +212,10 @@ def ablation_comparison(evaluation, train, ablation_eval, ablation_train):
             side = "higher" if ours[key] > theirs[key] else "lower" if ours[key] < theirs[key] else "the same"
             compared[side].append(MEASURES[key])
     return {"evaluation": ablation_eval, "rows": "\n".join(rows),
-            "verdict": "; ".join(f"{side} on {', '.join(measures)}" for side, measures in compared.items() if measures)}
+            "verdict": "; ".join(f"{side} on {', '.join(measures)}" for side, measures in compared.items() if measures),
+            "cv_share": f"{ablation_eval['held_out_segments']['share_with_5_or_more']:.0%}",
+            "m_acc": f"{theirs['m_acc']:.3f}", "window_m_acc": f"{ablation_eval['rows']['window']['m_acc']:.3f}",
+            "above_window": theirs["m_acc"] > ablation_eval["rows"]["window"]["m_acc"]}
 
 
 def card_context(train_config, train, evaluation, export, ablation=None):
