@@ -1,7 +1,7 @@
 """Model cards: regenerate every folder's README.md purely from the run records of its export, and check where each
 number in a card comes from.
 
-Every export tool (tools/captionbert/export.py, export_glyph.py, export_geolip.py) writes its card with its
+Every export tool (tools/captionbert/export.py, tools/glyph/export.py, tools/geolip/export.py) writes its card with its
 `card_from_records(export_run_folder)`, which reads nothing but run records: the export's own (config.json, naming
 the runs it packaged, and metrics.json, its checks) and those of the runs it names. This tool calls the same
 function, so `make cards` after a change to a card's template rewrites the cards without re-exporting any weights.
