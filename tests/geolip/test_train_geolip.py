@@ -149,6 +149,16 @@ def test_retrieval_measures_on_known_cases():
     assert shifted["mrr"] == pytest.approx(0.5)  # its own row ties with the other two zeros: rank 2
 
 
+def test_the_paper_preset_keeps_the_published_recipe_on_clip_s_77_token_window(tmp_path):
+    """The paper preset (the Hub and a GPU) parses offline and stays the published CLIP-L / ModernBERT-large recipe,
+    its readout and loss included, with CLIP's own 77-token window."""
+    paper = geolip_train.parse_config(["--preset", "paper", "--out", str(tmp_path / "paper"),
+                                       "--texts", str(tmp_path / "captions.txt")])
+    assert (paper.base, paper.base_pooling, paper.base_window) == ("openai/clip-vit-large-patch14", "eos", 77)
+    assert paper.teacher == "answerdotai/ModernBERT-large" and (paper.segment_size, paper.segment_stride) == (18, 14)
+    assert (paper.readout_anchors, paper.hard_negative_groups, paper.cosine_weight) == ("none", 0, 0)
+
+
 def test_the_model_is_built_in_eval_mode(tmp_path):
     """The projector's Procrustes initialisation and the baselines' maps embed before the loop sets modes: the
     base's dropout must already be off then."""
