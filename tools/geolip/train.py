@@ -21,9 +21,12 @@ included: CLIP's 77, in both presets) plus what the memory, reading segments of 
 Loss: InfoNCE(projector(student) -> teacher, in-batch negatives) x 1.0 + the SVD-Procrustes residual of the
 student batch against the teacher batch x 0.3 + (pentachoron CV of each text's segment anchors - the teacher's CV)^2
 x 0.05 over texts with at least 5 segments (+ 1 - cosine(projected student, teacher) x --cosine-weight, 0 in the
-published loss). The teacher's CV: its embeddings of the segment texts of a sample of
-training texts, each text's CV averaged. The projector starts as the orthogonal Procrustes map of the untrained
-student onto the teacher on a training sample (the cosine before and after is recorded).
+published loss). With --hard-negative-groups, each batch also holds one spliced-tails group of training texts:
+--splice-k texts that share their first --base-window tokens (one text's prefix, then the tails of others) and differ
+only after them, so only what the memory reads past the window tells them apart. The teacher's CV: its embeddings of
+the segment texts of a sample of training texts, each text's CV averaged. The projector starts as the orthogonal
+Procrustes map of the untrained student onto the teacher on a training sample (the cosine before and after is
+recorded).
 m_acc: top-1 retrieval of each validation text's teacher embedding, among the whole gallery's, by its projected
 student embedding.
 The card's rows (the model against its baselines on the held-out gallery and on spliced-tails groups) are
