@@ -124,3 +124,30 @@ def test_precision_auto_is_bf16_only_where_the_hardware_computes_it(monkeypatch,
     geolip = geolip_train.parse_config(["--out", "o"])
     assert geolip.precision == expected and geolip.teacher_precision == expected
     assert geolip_train.parse_config(["--out", "o", "--precision", "fp32"]).precision == "fp32"
+
+
+def test_float16_storage_loads_as_float32_equal_to_the_rounded_model_and_refuses_overflow(tmp_path):
+    """save_stored halves the file, keeps config.json's compute dtype float32, leaves the model in memory equal to
+    what the folder loads as, and refuses a weight float16 cannot hold instead of saving inf."""
+    from safetensors import safe_open
+    from transformers import AutoModel, BertConfig, BertModel
+
+    torch.manual_seed(0)
+    model = BertModel(BertConfig(vocab_size=99, hidden_size=32, num_hidden_layers=1, num_attention_heads=2,
+                                 intermediate_size=64))
+    original = model.embeddings.word_embeddings.weight.detach().clone()
+    training.save_stored(model, tmp_path / "half", "float16")
+    with safe_open(str(tmp_path / "half" / "model.safetensors"), "pt") as stored:
+        assert {stored.get_slice(key).get_dtype() for key in stored.keys()} == {"F16"}
+    loaded = AutoModel.from_pretrained(tmp_path / "half")
+    assert next(loaded.parameters()).dtype == torch.float32
+    for (name, mine), (_, theirs) in zip(model.state_dict().items(), loaded.state_dict().items()):
+        assert torch.equal(mine, theirs), name
+    assert not torch.equal(model.embeddings.word_embeddings.weight, original)  # rounded in memory too
+    torch.testing.assert_close(model.embeddings.word_embeddings.weight, original, atol=1e-3, rtol=1e-3)
+    with torch.no_grad():
+        model.embeddings.word_embeddings.weight[0, 0] = 1e6
+    with pytest.raises(SystemExit, match="word_embeddings.weight holds values outside float16"):
+        training.save_stored(model, tmp_path / "overflow", "float16")
+    with pytest.raises(SystemExit, match="--save-dtype must be one of"):
+        training.save_stored(model, tmp_path / "bad", "int8")

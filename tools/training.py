@@ -12,10 +12,12 @@ same batches as an uninterrupted one.
 """
 
 import functools
+import json
 import os
 import pickle
 import random
 import time
+from pathlib import Path
 
 import numpy as np
 import torch
@@ -45,6 +47,27 @@ def resolve_precision(precision, device):
     if precision not in PRECISIONS:
         raise SystemExit(f"--precision must be one of {', '.join(PRECISIONS)}, got {precision!r}")
     return ("bf16" if bf16_native(device) else "fp32") if precision == "auto" else precision
+
+
+STORAGE_DTYPES = {"float32": torch.float32, "float16": torch.float16}
+
+
+def save_stored(model, folder, storage):
+    """model.save_pretrained(folder) with the floating weights stored as `storage` (STORAGE_DTYPES), while config.json
+    keeps "dtype": "float32", what the model computes in (from_pretrained upcasts the stored weights on load). The
+    model in memory is rounded the same way, so it is exactly what the folder will load as. float16 halves the file;
+    a weight outside its range is refused rather than saved as inf."""
+    if storage not in STORAGE_DTYPES:
+        raise SystemExit(f"--save-dtype must be one of {', '.join(STORAGE_DTYPES)}, got {storage!r}")
+    dtype = STORAGE_DTYPES[storage]
+    for name, tensor in model.state_dict().items():
+        if tensor.is_floating_point() and not torch.isfinite(tensor.to(dtype)).all():
+            raise SystemExit(f"{name} holds values outside {storage}'s range; save it with --save-dtype float32")
+    model.to(dtype).save_pretrained(folder)
+    model.to(torch.float32)
+    config_path = Path(folder) / "config.json"
+    config = {**json.loads(config_path.read_text()), "dtype": "float32"}
+    config_path.write_text(json.dumps(config, indent=2, sort_keys=True) + "\n")  # as transformers writes it
 
 
 def adam(parameters, learning_rate, weight_decay=0.0):

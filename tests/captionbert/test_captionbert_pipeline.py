@@ -10,6 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from safetensors import safe_open
 from safetensors.numpy import load_file
 
 from helpers import (ENV, ROOT, TINY_CAPTIONBERT, assert_card_from_records, captionbert_copy, finish, kill_when,
@@ -229,6 +230,13 @@ def test_distillation_learns_the_consensus_and_records_itself(tmp_path, alignmen
     assert train[-1]["loss"] < train[0]["loss"]
     assert (out / "loss_curve.png").stat().st_size > 10_000
     assert list((out / "tensorboard").glob("events.out.tfevents.*"))
+    # The cpu preset stores final/ in float16, which loads as float32, and scores the stored weights too.
+    with safe_open(str(out / "final" / "model.safetensors"), "pt") as stored:
+        assert {stored.get_slice(key).get_dtype() for key in stored.keys()} == {"F16"}
+    assert json.loads((out / "final" / "config.json").read_text())["dtype"] == "float32"
+    assert metrics["save_dtype"] == "float16"
+    assert abs(metrics["stored_validation_cosine"] - validation[-1]["cosine"]) < 1e-3
+    assert metrics["stored_validation_cosine"] != validation[-1]["cosine"]  # rounded, not the float32 weights
     run = json.loads((out / "run.json").read_text())
     assert run["status"] == "ok" and run["git_commit"]
     with pytest.raises(SystemExit, match="another config"):  # resuming with other options is refused
@@ -265,7 +273,7 @@ def test_distillation_from_weight_selection_records_its_init_and_trained_length(
     out = tmp_path / "run"
     options = ["--align", str(alignment), "--model", str(tiny_student), *map(str, DISTILL[:-2]), "--max-length", "32",
                "--init", "select", "--init-teacher", str(teacher_folder), "--init-texts", "40",
-               "--learning-rate", "1e-12", "--precision", "fp32"]
+               "--learning-rate", "1e-12", "--precision", "fp32", "--save-dtype", "float32"]
     assert captionbert_train.main(["--out", str(out), *options]) == 0
     init = json.loads((out / "metrics.json").read_text())["init"]
     assert init["kind"] == "select" and init["selection"] == "importance" and init["importance_texts"] == 40

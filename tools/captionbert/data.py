@@ -50,6 +50,8 @@ class Config:
     init_head: str = "fit"  # --init select / static: fit (least squares of the head's last Linear onto those
     #                         texts' consensus rows) | random
     max_batch_tokens: int | None = None  # cap on rows x longest row of a batch (long texts make smaller batches)
+    save_dtype: str = "float32"  # how final/model.safetensors stores the weights: float32 | float16 (half the file;
+    #                              the model loads and computes in float32 either way; training.save_stored)
     expected_teachers: list[str] = field(default_factory=list)  # the preset's roster, checked against the consensus
 
 
@@ -62,13 +64,15 @@ PRESETS = {
     # learning rate than training from scratch (5e-4, the from-scratch row's). Texts are cut at 64 tokens: a
     # bucketed batch of 128 long descriptions at 256 tokens needs over 24 GB for its activations on the CPU
     # (measured: 128 x 128 tokens peaks at 9 GB); STS text is short; --max-batch-tokens lets long texts in.
+    # final/ stores float16, the file the bundle ships: evaluation, the AMOE arms and the card all use those weights.
     "cpu": {"steps": 600, "batch_size": 128, "learning_rate": 1e-4, "warmup_steps": 60, "max_length": 64,
-            "init": "select",
+            "init": "select", "save_dtype": "float16",
             "expected_teachers": ["all-mpnet-base-v2", "all-MiniLM-L6-v2", "paraphrase-MiniLM-L3-v2"]},
     # The published recipe: five Hub teachers over CC12M LLaVA captions (26.9M rows), one GPU, ~5.4 h. The spec
     # gives the batch and the steps; the learning rate, warm-up and max_length here are this tool's choices.
     "paper": {"steps": 52548, "batch_size": 2048, "learning_rate": 5e-4, "warmup_steps": 1000, "max_length": 512,
               "validation_rows": 10000, "validate_every": 1000, "checkpoint_every": 1000, "log_every": 50,
+              "save_dtype": "float16",
               "expected_teachers": ["bert-base-uncased", "distilbert-base-uncased", "roberta-base", "albert-base-v2",
                                     "ModernBERT-base"]},
 }

@@ -26,8 +26,8 @@ batch is still a random draw. The order depends only on (seed, epoch), which mak
 
 The out folder gets: checkpoint-distill.pt (model, optimiser, schedule, RNG states, history; written atomically
 every checkpoint_every steps by the shared loop, tools/training.py), tensorboard/ events, metrics.json (history and
-final numbers), loss_curve.png, and final/ (the trained student as a captionbert folder: weights, config, code,
-tokenizer) for tools/captionbert/export.py.
+final numbers), loss_curve.png, and final/ (the trained student as a captionbert folder: weights, stored as
+--save-dtype says, config, code, tokenizer) for tools/captionbert/export.py.
 """
 
 import argparse
@@ -64,6 +64,8 @@ def parse_config(argv):
         raise SystemExit(f"--init-head must be fit or random, got {config.init_head!r}")
     if config.init_selection not in teacher_init.SELECTIONS:
         raise SystemExit(f"--init-selection must be one of {', '.join(teacher_init.SELECTIONS)}")
+    if config.save_dtype not in training.STORAGE_DTYPES:
+        raise SystemExit(f"--save-dtype must be one of {', '.join(training.STORAGE_DTYPES)}, got {config.save_dtype!r}")
     if config.max_batch_tokens is not None and config.max_batch_tokens < 2 * config.max_length:
         raise SystemExit(f"--max-batch-tokens must hold two rows of --max-length {config.max_length} tokens")
     return config
@@ -158,7 +160,9 @@ def main(argv=None):
         trained_length = max(int(lengths.max()), history["init"].get("positions_from_teacher", 0))
         model.config.trained_length = min(trained_length, model.config.max_position_embeddings)
         final = config.out / "final"
-        model.save_pretrained(final)
+        training.save_stored(model, final, config.save_dtype)  # the model is now the stored weights
+        with torch.no_grad():
+            stored_cosine = validate()["cosine"]
         for item in sorted(Path(config.model).iterdir()):  # code and tokenizer files beside the weights
             if item.suffix in (".py", ".json", ".txt") and item.name != "config.json":
                 shutil.copy(item, final / item.name)
@@ -172,11 +176,13 @@ def main(argv=None):
                    "init": history["init"], "trained_length": model.config.trained_length,
                    "training_rows": int(len(training_rows)), "validation_rows": int(len(validation_rows)),
                    "teachers": teachers, "final_validation_cosine": history["validation"][-1]["cosine"],
+                   "save_dtype": config.save_dtype, "stored_validation_cosine": stored_cosine,
                    "final_train": history["train"][-1], "training_minutes": round(history["training_seconds"] / 60, 1),
                    "history": history}
         runs.write_json(config.out / "metrics.json", metrics)
         record.info["device"] = str(device)
-    print(f"validation cosine to the consensus {metrics['final_validation_cosine']:.4f}; wrote {final}")
+    print(f"validation cosine to the consensus {metrics['final_validation_cosine']:.4f} "
+          f"({stored_cosine:.4f} as stored in {config.save_dtype}); wrote {final}")
     return 0
 
 
