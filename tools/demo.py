@@ -58,7 +58,8 @@ class Budget:
     align: tuple = ()  # tools/captionbert/align.py options (its fit and held-out rows must fit in the extraction)
     distill: tuple = ()  # tools/captionbert/train.py options of the shipped student
     scratch: tuple = ()  # its options for the card's from-scratch row (the same budget from a random init)
-    arms: tuple = ()  # AMOE solo arms: (data, steps); "silver" is the silver_pairs step's file
+    arms: tuple = ()  # AMOE solo arms: (name, steps); a pairs.TRAINING_SETS name, "silver" (the silver step's
+    #                   teacher-scored pairs) or "teacher" (the reference teacher's embeddings in the extraction)
     glyph: tuple = ()  # tools/glyph/train.py options
     geolip: tuple = ()  # tools/geolip/train.py options
     geolip_ablation: bool = False  # also train and score geolip with 55-token segments (the card compares the runs)
@@ -69,17 +70,21 @@ BUDGETS = {
     # all-mpnet-base-v2's selected weights), plus the card's from-scratch row at the same steps and its own learning
     # rate. Its records (runs/demo) are the ones the committed cards come from. silver's 12,000 pairs get 4x the steps
     # of the other arms: at 480 its validation mean was .5470 and select shipped {sts} alone; at 1,920 it is .5611 and
-    # select adds it. geolip's ablation uses 55-token segments (the same 22% overlap as 18 every 14).
+    # select adds it. On the trunk distilled from the teachers (float32 build of session 10) the task arms scored
+    # below it on STS-8 (equiv -.008, sts -.011; silver +.005 but lower on 3 tasks), so the teacher arm, which pulls
+    # the trunk's embeddings towards the reference teacher's (above the trunk on every STS-8 task), is a candidate
+    # too; a step of it embeds 16 texts, half a pair arm's, so it gets twice the steps. geolip's ablation uses
+    # 55-token segments (the same 22% overlap as 18 every 14).
     "cpu": Budget(root="runs/demo", scratch=("--learning-rate", "5e-4"),
-                  arms=(("equiv", 480), ("sts", 480), ("silver", 1920)), geolip_ablation=True),
+                  arms=(("equiv", 480), ("sts", 480), ("silver", 1920), ("teacher", 960)), geolip_ablation=True),
     # make demo's default: the same steps with shorter training and so weaker models (the cards say which goals they
-    # miss): 12,000 of the ~53,000 captions, 160 distillation steps (and as many for the from-scratch row), two
-    # arm candidates at a third of the steps, a third of glyph's steps, 3/8 of geolip's, and no ablation.
+    # miss): 12,000 of the ~53,000 captions, 160 distillation steps (and as many for the from-scratch row), three
+    # arm candidates at a third of the steps (no silver), a third of glyph's steps, 3/8 of geolip's, no ablation.
     "quick": Budget(root="runs/quick", extract=("--sample", "12000"),
                     align=("--fit-rows", "8000", "--holdout-rows", "2000"),
                     distill=("--steps", "160", "--warmup-steps", "16"),
                     scratch=("--steps", "160", "--warmup-steps", "16", "--learning-rate", "5e-4"),
-                    arms=(("equiv", 160), ("sts", 160)), glyph=("--mlm-steps", "200", "--contrastive-steps", "500"),
+                    arms=(("equiv", 160), ("sts", 160), ("teacher", 320)), glyph=("--mlm-steps", "200", "--contrastive-steps", "500"),
                     geolip=("--steps", "192")),
 }
 
@@ -109,7 +114,8 @@ def demo_steps(data_dir, budget=BUDGETS["quick"]):
     """Every step of the demo at this budget, in order."""
     data, root = ["--data-dir", str(data_dir)], budget.root
     silver = f"{root}/amoe/silver/silver.tsv"
-    arms = [(silver if arm == "silver" else arm, arm_steps) for arm, arm_steps in budget.arms]
+    arm_data = {"silver": silver, "teacher": f"{root}/extract"}  # arms whose data another step writes
+    arms = [(name, arm_data.get(name, name), arm_steps) for name, arm_steps in budget.arms]
     steps = [Step("captionbert.extract", [*data, "--out", f"{root}/extract", *budget.extract],
                   record="runs/process-0/run.json"),
              Step("captionbert.align", ["--extract", f"{root}/extract", "--out", f"{root}/align", *budget.align]),
@@ -124,17 +130,17 @@ def demo_steps(data_dir, budget=BUDGETS["quick"]):
              Step("captionbert.long_inputs", [*data, "--model", f"{root}/distill/final", "--out", f"{root}/long"])]
     # captionbert whole first (its arms on the trunk just built, then its export), the project's main model, then
     # glyph and geolip: a build spread over several sittings lands one model at a time.
-    if silver in dict(arms):
+    if "silver" in dict(budget.arms):
         steps.append(Step("captionbert.amoe.silver", ["--extract", f"{root}/extract", "--out", f"{root}/amoe/silver"]))
     for seed, extra in ((0, []), (1, ["--no-sts8"])):
-        for arm, arm_steps in arms:
-            out = f"{root}/amoe/solo/{Path(arm).stem}-seed{seed}"
+        for name, arm, arm_steps in arms:
+            out = f"{root}/amoe/solo/{name}-seed{seed}"
             steps.append(Step("captionbert.amoe.train", ["solo", "--data", arm, "--steps", str(arm_steps), "--seed",
                                                          str(seed), *extra, "--model", f"{root}/distill/final", *data,
                                                          "--out", out]))
     steps += [
         Step("captionbert.amoe.train", ["select", "--solo", f"{root}/amoe/solo", "--candidates",
-                                        *[Path(a).stem for a, _ in arms], "--model", f"{root}/distill/final", *data,
+                                        *[name for name, _, _ in arms], "--model", f"{root}/distill/final", *data,
                                         "--out", f"{root}/amoe/select"]),
         Step("captionbert.export", ["--extract", f"{root}/extract", "--align", f"{root}/align", "--distill",
                                     f"{root}/distill", "--eval", f"{root}/eval", "--long", f"{root}/long",

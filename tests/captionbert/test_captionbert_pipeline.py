@@ -370,7 +370,7 @@ def test_pipeline_end_to_end_exports_a_loadable_folder_with_a_generated_card(tmp
 
 
 def test_silver_pairs_are_scored_by_the_teachers_cosine(tmp_path, extraction):
-    from tools.captionbert.amoe import silver
+    from tools.captionbert.amoe import pairs, silver
 
     out = tmp_path / "silver"
     assert silver.main(["--extract", str(extraction), "--out", str(out), "--anchors", "40",
@@ -379,12 +379,52 @@ def test_silver_pairs_are_scored_by_the_teachers_cosine(tmp_path, extraction):
     assert len(rows) == 80 and all(a != b for a, b, _ in rows)
     manifest = json.loads((extraction / "manifest.json").read_text())
     teacher = next(t for t in manifest["teachers"] if t["name"] == manifest["reference"])
-    embeddings = silver.load_embeddings(extraction, teacher)
+    embeddings = pairs.load_embeddings(extraction, teacher)
     row_of = {text: i for i, text in enumerate(corpus.read_texts(extraction / "texts.jsonl"))}
     first, second, score = rows[0]
     assert float(score) == pytest.approx(float(embeddings[row_of[first]] @ embeddings[row_of[second]]), abs=1e-4)
     near, far = [float(s) for _, _, s in rows[:40]], [float(s) for _, _, s in rows[40:]]
     assert min(near) > np.median(far)  # nearest-neighbour partners score above random ones
+
+
+def test_an_extraction_is_arm_data_of_short_texts_with_the_reference_teachers_embeddings(extraction, data_dir):
+    from tools.captionbert.amoe import pairs
+
+    data = pairs.load(str(extraction), data_dir)
+    assert data.name == "teacher" and data.kind == "embedded" and len(data) == len(data.target) > 0
+    texts = corpus.read_texts(extraction / "texts.jsonl")
+    assert all(len(text.split()) <= pairs.EMBEDDED_MAX_WORDS for text in data.first)
+    assert len(data) + data.dropped_held_out == sum(len(t.split()) <= pairs.EMBEDDED_MAX_WORDS for t in texts)
+    manifest = json.loads((extraction / "manifest.json").read_text())
+    teacher = next(t for t in manifest["teachers"] if t["name"] == manifest["reference"])
+    every = pairs.load_embeddings(extraction, teacher)
+    row = texts.index(data.first[-1])
+    np.testing.assert_allclose(data.target[-1], every[row])
+    np.testing.assert_allclose(np.linalg.norm(data.target, axis=1), 1, atol=1e-5)
+
+
+@pytest.mark.slow
+def test_the_teacher_arm_pulls_the_trunk_towards_the_reference_teachers_embeddings(tmp_path, extraction, data_dir):
+    from transformers import AutoModel
+
+    from helpers import build_from_folder
+    from tools.captionbert.amoe import pairs
+    from tools.captionbert.amoe import train as amoe_train
+
+    trunk = captionbert_copy(tmp_path / "trunk", **{**TINY_CAPTIONBERT, "hidden_size": 64, "intermediate_size": 128,
+                                                    "output_dim": 48})  # arms need 64 dims; the teacher gives 48
+    build_from_folder(trunk).save_pretrained(trunk)
+    out = tmp_path / "teacher-seed0"
+    assert amoe_train.main(["solo", "--data", str(extraction), "--steps", "40", "--learning-rate", "0.01",
+                            "--no-sts8", "--validation-rows", "50", "--model", str(trunk), "--data-dir",
+                            str(data_dir), "--out", str(out)]) == 0
+    assert json.loads((out / "metrics.json").read_text())["name"] == "teacher"
+    data = pairs.load(str(extraction), data_dir)
+    model = AutoModel.from_pretrained(trunk, trust_remote_code=True)
+    bare = (model.encode(data.first) * data.target).sum(axis=1).mean()
+    model.attach_amoe(path=out / "amoe")
+    with_arm = (model.encode(data.first) * data.target).sum(axis=1).mean()
+    assert with_arm > bare + 0.05, (bare, with_arm)
 
 
 def test_a_sample_of_the_corpus_keeps_corpus_order_and_is_seeded(tmp_path):

@@ -6,6 +6,8 @@ Training sets (`load(name, data_dir)`; the name may also be a TSV file of pairs)
                 as its hard negative                                                             (kind "triples")
     sts         STS Benchmark train, gold scores 0-5                                             (kind "scored")
     caption     Flickr8k train images: captions 1+2 and 3+4 of each image are positive pairs     (kind "pairs")
+    <folder>    a tools/captionbert/extract.py folder: each corpus text of at most EMBEDDED_MAX_WORDS words with
+                the reference teacher's embedding of it, named "teacher"                       (kind "embedded")
     <file.tsv>  text1<TAB>text2 ("pairs"), text1<TAB>text2<TAB>number ("scored") or
                 text1<TAB>text2<TAB>hard negative ("triples"), no header
 Validation suite (`validation_sets`), never trained on and disjoint from every STS-8 test sentence:
@@ -23,9 +25,13 @@ import csv
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from tools import corpus, sts
+import numpy as np
+from safetensors.numpy import load_file
+
+from tools import corpus, runs, sts
 
 TRAINING_SETS = ("paraphrase", "equiv", "sts", "caption")
+EMBEDDED_MAX_WORDS = 40  # longer corpus texts would be cut at the arms' 64 tokens, unlike their teacher embedding
 VALIDATION_SNLI_ROWS = 2000
 SNLI_ORDINAL = {"entailment": 2.0, "neutral": 1.0, "contradiction": 0.0}
 
@@ -33,7 +39,8 @@ SNLI_ORDINAL = {"entailment": 2.0, "neutral": 1.0, "contradiction": 0.0}
 @dataclass
 class PairSet:
     """Rows of one dataset. kind: "pairs" (first, second positives), "triples" (+ a hard negative per row),
-    "scored" (+ a gold score per row) or "labelled" (+ a 0/1 label; label-0 rows are hard negatives)."""
+    "scored" (+ a gold score per row), "labelled" (+ a 0/1 label; label-0 rows are hard negatives) or "embedded"
+    (first alone, with a teacher's unit embedding of it per row)."""
 
     name: str
     kind: str
@@ -42,6 +49,7 @@ class PairSet:
     second: list[str] = field(default_factory=list)
     negative: list[str] = field(default_factory=list)  # "triples" only
     score: list[float] = field(default_factory=list)  # "scored" and "labelled" only
+    target: np.ndarray | None = None  # "embedded" only: (rows, D) float32 unit teacher embeddings of `first`
     dropped_held_out: int = 0
 
     def __len__(self):
@@ -101,6 +109,29 @@ def _flickr8k_train_pairs(data_dir):
     return [(c[a], c[b]) for c in captions.values() for a, b in (("0", "1"), ("2", "3")) if a in c and b in c]
 
 
+def load_embeddings(extract, teacher):
+    """(N, D) float32 unit rows of `teacher` (an entry of the extraction manifest's teachers) in corpus order; every
+    shard must be there."""
+    missing = [s for s in teacher["shards"] if not (extract / s).is_file()]
+    if missing:
+        raise SystemExit(f"{teacher['name']}: {len(missing)} shards missing (first {missing[0]}); finish extraction")
+    embeddings = np.concatenate([load_file(str(extract / s))["embeddings"] for s in teacher["shards"]])
+    embeddings = embeddings.astype(np.float32)
+    return embeddings / np.linalg.norm(embeddings, axis=1, keepdims=True)
+
+
+def _extraction(folder, forbidden):
+    """The "teacher" PairSet of an extraction folder: its short corpus texts and the reference teacher's embeddings."""
+    manifest = runs.read_json(folder / "manifest.json")
+    teacher = next(t for t in manifest["teachers"] if t["name"] == manifest["reference"])
+    texts = corpus.read_texts(folder / manifest["corpus"]["file"])
+    short = [i for i, text in enumerate(texts) if len(text.split()) <= EMBEDDED_MAX_WORDS]
+    kept = [i for i in short if corpus.normalised(texts[i]) not in forbidden]
+    return PairSet("teacher", "embedded", f"{teacher['name']}'s embeddings of the corpus texts of {folder} (at most "
+                   f"{EMBEDDED_MAX_WORDS} words)", first=[texts[i] for i in kept],
+                   target=load_embeddings(folder, teacher)[kept], dropped_held_out=len(short) - len(kept))
+
+
 def _snli_triples(rows):
     """(premise, entailment, contradiction) for each premise that has both, the first of each in file order."""
     by_premise = {}
@@ -126,7 +157,7 @@ def _tsv(path):
 
 
 def load(name, data_dir):
-    """The training PairSet `name` (TRAINING_SETS or a .tsv path), held-out text dropped."""
+    """The training PairSet `name` (TRAINING_SETS, a .tsv path or an extraction folder), held-out text dropped."""
     data_dir = Path(data_dir)
     forbidden = corpus.held_out_texts(data_dir)
     if name == "paraphrase":
@@ -141,12 +172,15 @@ def load(name, data_dir):
         return _filtered(name, "pairs", "Flickr8k train (two captions of one image)", _flickr8k_train_pairs(data_dir),
                          forbidden)
     path = Path(name)
+    if (path / "manifest.json").is_file():
+        return _extraction(path, forbidden)
     if path.suffix == ".tsv":
         if not path.is_file():
             raise FileNotFoundError(f"pair file {path} not found")
         kind, rows = _tsv(path)
         return _filtered(path.stem, kind, f"TSV {path}", rows, forbidden)
-    raise ValueError(f"unknown pair data {name!r}: use one of {', '.join(TRAINING_SETS)} or a .tsv file")
+    raise ValueError(f"unknown pair data {name!r}: use one of {', '.join(TRAINING_SETS)}, a .tsv file or an "
+                     "extraction folder (tools/captionbert/extract.py)")
 
 
 def validation_sets(data_dir, rows=0):

@@ -19,9 +19,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
-from safetensors.numpy import load_file
 
 from tools import corpus, runs
+from tools.captionbert.amoe import pairs
 
 
 @dataclass
@@ -33,16 +33,6 @@ class Config:
     neighbours: int = 10  # the near pair's partner is drawn from this many nearest texts
     max_words: int = 40  # texts longer than this are neither anchors nor partners
     seed: int = 0
-
-
-def load_embeddings(extract, teacher):
-    """(N, D) float32 unit rows of `teacher` in corpus order; every shard must be there."""
-    missing = [s for s in teacher["shards"] if not (extract / s).is_file()]
-    if missing:
-        raise SystemExit(f"{teacher['name']}: {len(missing)} shards missing (first {missing[0]}); finish extraction")
-    embeddings = np.concatenate([load_file(str(extract / s))["embeddings"] for s in teacher["shards"]])
-    embeddings = embeddings.astype(np.float32)
-    return embeddings / np.linalg.norm(embeddings, axis=1, keepdims=True)
 
 
 def main(argv=None):
@@ -72,7 +62,7 @@ def main(argv=None):
     with runs.RunRecord(config.out, config, "captionbert.amoe.silver"):
         texts = corpus.read_texts(config.extract / manifest["corpus"]["file"])
         short = np.array([i for i, text in enumerate(texts) if len(text.split()) <= config.max_words])
-        embeddings = load_embeddings(config.extract, teacher)[short]  # (S, D)
+        embeddings = pairs.load_embeddings(config.extract, teacher)[short]  # (S, D)
         rng = np.random.default_rng(config.seed)
         anchors = rng.choice(len(short), min(config.anchors, len(short)), replace=False)
         similarity = embeddings[anchors] @ embeddings.T  # (A, S)

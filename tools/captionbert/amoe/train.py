@@ -15,7 +15,7 @@ solo      one arm and its one routing key (a one-arm dispatch, weight tanh(u)) o
           Losses
           (shared_modeling/losses.py): in-batch InfoNCE, with the hard negative where the data has one (equiv), plus
           CoSENT over the MRPC labels so Quality-0 pairs rank below paraphrases (paraphrase); CoSENT on gold scores
-          (sts). Scores the arm on the validation suite and on STS-8. Writes amoe/arms/<name>.safetensors and
+          (sts); in-batch InfoNCE of each text's embedding against its teacher embedding (an extraction folder). Scores the arm on the validation suite and on STS-8. Writes amoe/arms/<name>.safetensors and
           amoe/solo/dispatch.safetensors (so attach_amoe(path=<out>/amoe) loads it).
 dispatch  only the routing keys of a roster train (arms frozen): each step draws one arm's stream (its own training
           data) by sampling weight. `control` in the roster is an untrained arm (exactly inert; it only takes a
@@ -94,7 +94,7 @@ class SoloConfig(Common):
     steps: int = 480
     batch_size: int = 16
     data: str = "paraphrase"  # pairs.TRAINING_SETS name or a .tsv file
-    name: str = ""  # the arm's name; default the data name (the TSV's stem)
+    name: str = ""  # the arm's name; default the data's name (the TSV's stem; "teacher" for an extraction folder)
     sts8: bool = True  # score the trained arm on STS-8 too (ARMS.json lists solo scores per task)
     checkpoint_every: int = 40  # steps between atomic checkpoints
 
@@ -219,6 +219,9 @@ def embed(model, texts, max_length):
 def batch_loss(model, data, rows, config):
     """The arm objective on rows of a PairSet (see the module docstring), a scalar."""
     first = [data.first[i] for i in rows]
+    if data.kind == "embedded":
+        targets = torch.from_numpy(data.target[rows]).to(model.device)
+        return symmetric_info_nce(embed(model, first, config.max_length), targets, config.temperature)
     second = [data.second[i] for i in rows]
     negative = [data.negative[i] for i in rows] if data.kind == "triples" else []
     embeddings = embed(model, first + second + negative, config.max_length)
@@ -309,8 +312,8 @@ def finished(out):
 # ---- solo ------------------------------------------------------------------------------------------------------------
 
 def train_solo(config):
-    name = config.name or Path(config.data).stem
     data = pairs.load(config.data, config.data_dir)
+    name = config.name or data.name
     validation = pairs.validation_sets(config.data_dir, config.validation_rows)
     model, trunk_id = load_trunk(config)
     arm = fresh_arm(model, config.seed)
