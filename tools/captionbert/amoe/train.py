@@ -4,6 +4,7 @@ Usage (the embedded default, as `make demo` runs it; the trunk is captionbert-81
     python -m tools.captionbert.amoe.train solo --data paraphrase --seed 0 --out runs/demo/amoe/solo/paraphrase-seed0
     python -m tools.captionbert.amoe.train solo --data equiv --seed 1 --out runs/demo/amoe/solo/equiv-seed1
     python -m tools.captionbert.amoe.train solo --data my_pairs.tsv --name legal --out runs/x/legal-seed0  # any TSV
+    python -m tools.captionbert.amoe.train solo --data runs/demo/extract --out runs/demo/amoe/solo/teacher-seed0
     python -m tools.captionbert.amoe.train dispatch --arm runs/demo/amoe/solo/equiv-seed0 --arm control --out runs/x/d
     python -m tools.captionbert.amoe.train select --solo runs/demo/amoe/solo --candidates paraphrase equiv sts \\
         --out runs/demo/amoe/select
