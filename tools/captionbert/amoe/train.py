@@ -16,8 +16,9 @@ solo      one arm and its one routing key (a one-arm dispatch, weight tanh(u)) o
           Losses
           (shared_modeling/losses.py): in-batch InfoNCE, with the hard negative where the data has one (equiv), plus
           CoSENT over the MRPC labels so Quality-0 pairs rank below paraphrases (paraphrase); CoSENT on gold scores
-          (sts); in-batch InfoNCE of each text's embedding against its teacher embedding (an extraction folder). Scores the arm on the validation suite and on STS-8. Writes amoe/arms/<name>.safetensors and
-          amoe/solo/dispatch.safetensors (so attach_amoe(path=<out>/amoe) loads it).
+          (sts); in-batch InfoNCE of each text's embedding against its teacher embedding (an extraction folder,
+          the "teacher" arm). Scores the arm on the validation suite and on STS-8. Writes
+          amoe/arms/<name>.safetensors and amoe/solo/dispatch.safetensors (so attach_amoe(path=<out>/amoe) loads it).
 dispatch  only the routing keys of a roster train (arms frozen): each step draws one arm's stream (its own training
           data) by sampling weight. `control` in the roster is an untrained arm (exactly inert; it only takes a
           share of the normaliser z). Every alarm_every steps the starvation alarm looks at the usage shares p of
@@ -94,7 +95,7 @@ class SoloConfig(Common):
     # of 64 moved the mean gate from .047 to .051 and STS-8 by -.012 (paraphrase) and +.004 (equiv).
     steps: int = 480
     batch_size: int = 16
-    data: str = "paraphrase"  # pairs.TRAINING_SETS name or a .tsv file
+    data: str = "paraphrase"  # pairs.TRAINING_SETS name, a .tsv file or an extraction folder (the teacher arm)
     name: str = ""  # the arm's name; default the data's name (the TSV's stem; "teacher" for an extraction folder)
     sts8: bool = True  # score the trained arm on STS-8 too (ARMS.json lists solo scores per task)
     checkpoint_every: int = 40  # steps between atomic checkpoints
