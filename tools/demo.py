@@ -84,7 +84,8 @@ BUDGETS = {
                     align=("--fit-rows", "8000", "--holdout-rows", "2000"),
                     distill=("--steps", "160", "--warmup-steps", "16"),
                     scratch=("--steps", "160", "--warmup-steps", "16", "--learning-rate", "5e-4"),
-                    arms=(("equiv", 160), ("sts", 160), ("teacher", 320)), glyph=("--mlm-steps", "200", "--contrastive-steps", "500"),
+                    arms=(("equiv", 160), ("sts", 160), ("teacher", 320)),
+                    glyph=("--mlm-steps", "200", "--contrastive-steps", "500"),
                     geolip=("--steps", "192")),
 }
 
