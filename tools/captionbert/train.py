@@ -161,8 +161,10 @@ def main(argv=None):
         model.config.trained_length = min(trained_length, model.config.max_position_embeddings)
         final = config.out / "final"
         training.save_stored(model, final, config.save_dtype)  # the model is now the stored weights
-        with torch.no_grad():
-            stored_cosine = validate()["cosine"]
+        stored_cosine = history["validation"][-1]["cosine"]  # float32 stores the weights as trained
+        if config.save_dtype != "float32":
+            with torch.no_grad():
+                stored_cosine = validate()["cosine"]
         for item in sorted(Path(config.model).iterdir()):  # code and tokenizer files beside the weights
             if item.suffix in (".py", ".json", ".txt") and item.name != "config.json":
                 shutil.copy(item, final / item.name)
