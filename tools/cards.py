@@ -1,16 +1,20 @@
-"""Model cards: regenerate every folder's README.md purely from the run records of its export, and check where each
-number in a card comes from.
+"""Model cards: regenerate every folder's README.md purely from run records, and check where each number in a card
+comes from.
 
-Every export tool (tools/captionbert/export.py, tools/glyph/export.py, tools/geolip/export.py) writes its card with its
-`card_from_records(export_run_folder)`, which reads nothing but run records: the export's own (config.json, naming
-the runs it packaged, and metrics.json, its checks) and those of the runs it names. This tool calls the same
-function, so `make cards` after a change to a card's template rewrites the cards without re-exporting any weights.
-It also rewrites the project README's measured table from the three cards' model-index (their YAML metadata).
+Every export tool (tools/captionbert/export.py, tools/glyph/export.py, tools/geolip/export.py) writes the card of the
+folder it builds with its `card_from_records(export_run_folder, root)`, which reads nothing but run records: the
+export's own (config.json, naming the runs it packaged, and metrics.json, its checks) and those of the runs it names,
+each path relative to `root` (the repository, or a records folder that mirrors it). tools/release.py copies a build
+into its Hub folder together with those records, compacted to their JSON files, under records/<folder>/ (in git).
+This tool calls the same function on the committed records, so `make cards` after a change to a card's template
+rewrites the three cards without re-exporting any weights, and a fresh clone can check them. It also rewrites the
+project README's measured table from the three cards' model-index (their YAML metadata).
 
 Usage:
-    python -m tools.cards                          # the three folders, each from the export that last wrote it
+    python -m tools.cards                          # the three Hub folders, each from its release's records
     python -m tools.cards --check                  # exit 1 when a card differs from what its records give
-    python -m tools.cards --export runs/x/geolip/export   # one export run (its tool is named in its run.json)
+    python -m tools.cards --export runs/x/geolip/export   # the card of the folder one export run built (its tool is
+                                                           # named in its run.json)
 
 Provenance (`unaccounted_numbers`): every number in a card's prose and tables must be a value of a run record it was
 built from (as shown: rounded to the digits printed, or as a percentage, or in millions / thousands / MiB; a
@@ -36,6 +40,8 @@ NUMBER = re.compile(r"(?<![\w.\-/+])([+-]?\d[\d,]*(?:\.\d+)?)(%|M\b|K\b| MiB)?(?
 SPEC_NUMBER = re.compile(r"(?<![\w\-/])(\d[\d,]*(?:\.\d+)?|\.\d+)")  # the specs also write ".945"
 CODE_BLOCK = re.compile(r"```.*?```", flags=re.DOTALL)
 README = runs.ROOT / "README.md"
+RECORDS = runs.ROOT / "records"  # records/<folder>/: the compact run records of each Hub folder's build (release.py)
+RELEASE = "release.json"  # in records/<folder>/: which export run of the mirrored tree the folder's build is
 MEASURED = ("<!-- measured: written by `make cards` from the cards' model-index -->\n", "<!-- end of measured -->")
 
 
@@ -91,20 +97,25 @@ def export_tool(export_folder):
     return importlib.import_module(f"tools.{module}")
 
 
-def export_of(folder):
-    """The export run that last wrote this Hub folder's card (runs/<budget>/<model>/export, tools/demo.py), or None."""
-    folder = Path(folder).resolve()
-    pipeline = registry.BY_FOLDER.get(folder.name)
-    if pipeline is None:
+def released(pipeline):
+    """(records root, export run folder) of the build in this pipeline's Hub folder (written by tools/release.py), or
+    None when the folder holds no released build."""
+    root = RECORDS / pipeline.folder
+    if not (root / RELEASE).is_file():
         return None
-    exports = [export for export in sorted((runs.ROOT / "runs").glob(f"*/{pipeline.export}"))
-               if (export / "run.json").is_file() and runs.read_json(export / "run.json").get("finished")
-               and Path(runs.read_json(export / "config.json")["to"]).resolve() == folder]
-    return max(exports, key=lambda export: runs.read_json(export / "run.json")["finished"], default=None)
+    return root, root / runs.read_json(root / RELEASE)["export"]
 
 
-def source_folders(export_folder):
-    """The run folders a card is built from: the export run and, transitively, every folder its config names."""
+def built_folder(export_folder, root=None):
+    """The folder an export run built (its config's `to`), relative to root (default: the repository)."""
+    return (root or runs.ROOT) / runs.read_json(Path(export_folder) / "config.json")["to"]
+
+
+def source_folders(export_folder, root=None):
+    """The run folders a card is built from: the export run and, transitively, every folder its config names (paths
+    relative to root, default the repository), the folder it built aside (its files are the model's, not records)."""
+    root = root or runs.ROOT
+    built = built_folder(export_folder, root)
     seen, queue = [], [Path(export_folder)]
     while queue:
         folder = queue.pop()
@@ -112,8 +123,8 @@ def source_folders(export_folder):
             continue
         seen.append(folder)
         if (folder / "config.json").is_file():
-            queue += [runs.ROOT / value for value in runs.read_json(folder / "config.json").values()
-                      if isinstance(value, str) and value and (runs.ROOT / value).is_dir()]
+            queue += [root / value for value in runs.read_json(folder / "config.json").values()
+                      if isinstance(value, str) and value and (root / value).is_dir() and root / value != built]
     return seen
 
 
@@ -176,39 +187,46 @@ def unaccounted_numbers(card, numbers, published):
 
 
 def measured_section(readme):
-    """The project README with its measured table rewritten from the three cards' model-index (their YAML)."""
-    lines = ["| model | measure | on | value |", "|---|---|---|---|"]
-    for folder in registry.BY_FOLDER:
-        results = ModelCard.load(runs.ROOT / folder / "README.md").data.eval_results
+    """The project README with its measured table rewritten from the three cards' model-index (their YAML), each row
+    naming the make demo budget its Hub folder's build came from (records/<folder>/release.json)."""
+    lines = ["| model | build | measure | on | value |", "|---|---|---|---|---|"]
+    for pipeline in registry.PIPELINES:
+        results = ModelCard.load(pipeline.path / "README.md").data.eval_results
         if not results:
-            raise SystemExit(f"{folder}/README.md has no model-index: regenerate its card first")
+            raise SystemExit(f"{pipeline.folder}/README.md has no model-index: regenerate its card first")
+        release = RECORDS / pipeline.folder / RELEASE
+        build = f"{runs.read_json(release)['budget']} budget" if release.is_file() else "not released"
         for result in results:
-            lines.append(f"| {folder} | {result.metric_name} | {result.dataset_name} | {result.metric_value} |")
+            lines.append(f"| {pipeline.folder} | {build} | {result.metric_name} | {result.dataset_name} | "
+                         f"{result.metric_value} |")
     start, end = readme.index(MEASURED[0]) + len(MEASURED[0]), readme.index(MEASURED[1])
     return readme[:start] + "\n".join(lines) + "\n" + readme[end:]
 
 
 def write_cards(exports=None, check=False):
-    """Write (check: compare) the card of each export run folder in `exports`; by default the export that last wrote
-    each pipeline's Hub folder, and then the README's measured table too. Returns the stale files (check)."""
-    every_card = not exports
+    """Write (check: compare) the card of the folder each export run in `exports` built; by default each Hub folder's
+    card from its release's records, and then the README's measured table too. Returns the stale files (check)."""
     if exports:
         missing = [str(folder) for folder in exports if not (Path(folder) / "run.json").is_file()]
     else:
-        exports = [export_of(pipeline.path) for pipeline in registry.PIPELINES]
-        missing = [pipeline.folder for pipeline, export in zip(registry.PIPELINES, exports) if export is None]
+        releases = {pipeline: released(pipeline) for pipeline in registry.PIPELINES}
+        missing = [pipeline.folder for pipeline, release in releases.items() if release is None]
     if missing:
-        raise SystemExit(f"no export run for {', '.join(missing)}: run make demo (or the export tools) first")
+        raise SystemExit(f"no export run for {', '.join(missing)}: build it (make demo) and release it (make release)")
+    if exports:
+        targets = [(runs.ROOT, Path(folder), built_folder(folder)) for folder in exports]
+    else:
+        targets = [(*release, pipeline.path) for pipeline, release in releases.items()]
     stale = []
-    for folder in exports:
-        path, card = export_tool(folder).card_from_records(Path(folder))
+    for root, export, folder in targets:
+        path, card = folder / "README.md", export_tool(export).card_from_records(export, root)
         if check:
             if not path.is_file() or path.read_text() != card:
                 stale.append(str(path))
             continue
         path.write_text(card)
-        print(f"wrote {path} from {folder}")
-    if every_card:  # the cards are current: the README's table follows them
+        print(f"wrote {path} from {export}")
+    if not exports:  # the cards are current: the README's table follows them
         readme = measured_section(README.read_text())
         if check and README.read_text() != readme:
             stale.append(str(README))
@@ -220,7 +238,8 @@ def write_cards(exports=None, check=False):
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--export", type=Path, action="append",
-                        help="an export run folder (repeatable); default: the export that last wrote each of the three")
+                        help="an export run folder (repeatable): the card of the folder it built; default: the three "
+                             "Hub folders from their releases' records")
     parser.add_argument("--check", action="store_true", help="compare only; exit 1 if a card is stale")
     args = parser.parse_args(argv)
     stale = write_cards(args.export, args.check)

@@ -1,5 +1,6 @@
-"""The main job (`make demo`): build, evaluate and export the three models at the embedded default, regenerate the
-model cards, reload each folder the way users will, and print one summary table with the build time.
+"""The main job (`make demo`): build, evaluate and export the three models at the embedded default, reload each
+built folder the way users will, and print one summary table: each build's headline beside the shipped model's, and
+the build time. It never writes the Hub folders: `make release` (tools/release.py) copies a build in.
 
 Usage:
     python -m tools.demo                  # every step not finished yet, quick budget, into runs/quick (make demo)
@@ -10,8 +11,8 @@ Usage:
 
 Two budgets (BUDGETS): quick, make demo's default, with shorter training and weaker models; cpu runs every tool's
 cpu preset, the settings each model's goals were measured at (`--list` shows each step's minutes as built). Each
-has its own runs folder; both export to the same three Hub folders, so an export step whose folder the other budget
-has written since runs again, and `make cards` follows whichever export wrote each folder last.
+has its own runs folder; each export step builds its model's folder and card inside its run folder
+(runs/<budget>/<pipeline>/export/<folder>/).
 
 Each step is one tool run (`python -m tools.<tool> ...`) writing one run folder under the budget's root. A step is
 finished when its folder holds demo-step.json with status "done", the fingerprint it ran with (a hash of its tool, its
@@ -23,10 +24,10 @@ another command with the same settings is adopted when named with --adopt.
 A step reads another step's results when one of its arguments (or the PATH of a NAME=PATH one) is that step's folder or
 lies inside it.
 
-After the steps: tools/cards.py rewrites the three cards from the run records, and each folder goes through
-tools/publish.py's load check: a copy of the files that would be published, loaded in a fresh process with the
-project not importable, the ways users load it (AutoModel with trust_remote_code, plus SentenceTransformer and the
-arms on / off for captionbert-8192-v2; SentenceTransformer and llama-cpp-python for glyph-embedder-v2's GGUF).
+After the steps, each built folder goes through tools/publish.py's load check: a copy of the files that would be
+published, loaded in a fresh process with the project not importable, the ways users load it (AutoModel with
+trust_remote_code, plus SentenceTransformer and the arms on / off for captionbert-8192-v2; SentenceTransformer and
+llama-cpp-python for glyph-embedder-v2's GGUF).
 """
 
 import argparse
@@ -195,11 +196,6 @@ def fingerprint(step, inputs):
     return hashlib.sha256(json.dumps([tool, list(map(str, step.args)), inputs]).encode()).hexdigest()
 
 
-def wrote_last(step):
-    """False for an export step whose Hub folder another export (the other budget's) has written since."""
-    return not step.tool.endswith(".export") or cards.export_of(step.pipeline.path) == runs.ROOT / step.out
-
-
 def recorded_minutes(step):
     """The minutes the step's run record spans, or None."""
     record = runs.ROOT / step.out / step.record
@@ -226,10 +222,7 @@ def run_step(step, index, total, inputs, force, vouched=False):
     state = runs.read_json(state_path) if state_path.is_file() else None
     header = f"[{index}/{total}] {step.name} (tools/{step.tool.replace('.', '/')}.py)"
     if not force and state and state["fingerprint"] == key and state["status"] == "done":
-        if not wrote_last(step):
-            print(f"{header}: {step.pipeline.folder}/ was exported by another budget since; exporting again")
-            force = True
-        elif content_hash(step.out) == state["content_hash"]:
+        if content_hash(step.out) == state["content_hash"]:
             print(f"{header}: finished ({state['minutes']:.1f} min when built), skipped")
             return state["content_hash"], state["minutes"], "skipped"
         print(f"{header}: its files changed since it finished; rebuilding")
@@ -258,8 +251,10 @@ def run_step(step, index, total, inputs, force, vouched=False):
 
 
 def headline(folder):
-    """The card's first measured result (its model-index, generated from the run records)."""
-    result = ModelCard.load(runs.ROOT / folder / "README.md").data.eval_results[0]
+    """The card's first measured result (its model-index, generated from the run records), or "none" without a card."""
+    if not (Path(folder) / "README.md").is_file():
+        return "none"
+    result = ModelCard.load(Path(folder) / "README.md").data.eval_results[0]
     return f"{result.metric_name or result.metric_type} {result.metric_value} on {result.dataset_name}"
 
 
@@ -288,7 +283,7 @@ def main(argv=None):
                         help="treat this step's folder as finished although its run record shows another command "
                              "(built by hand with the same settings); repeatable")
     parser.add_argument("--model", action="append", choices=list(registry.BY_FOLDER), metavar="FOLDER",
-                        help="build only this model's steps, then write its card and load-check its folder "
+                        help="build only this model's steps, then load-check the folder it built "
                              f"(repeatable; one of {', '.join(registry.BY_FOLDER)}; default: all three)")
     args = parser.parse_args(argv)
     if not (args.data_dir / "sts").is_dir():
@@ -309,27 +304,24 @@ def main(argv=None):
     started = time.perf_counter()
     outcome = build(steps, args.force, args.adopt)
     minutes = {name: as_built for name, (as_built, _) in outcome.items()}
-    if args.model:  # its cards alone (the others' records may not be here), then the README's table from all three
-        cards.write_cards([runs.ROOT / budget.root / pipeline.export for pipeline in pipelines])
-        cards.README.write_text(cards.measured_section(cards.README.read_text()))
-    else:
-        cards.write_cards()
 
-    print("\nreloading each folder in a fresh process, the project not importable ...")
-    lines = ["| folder | parameters | dim | headline (its card) | loads with | embedding space | build min |",
-             "|---|---|---|---|---|---|---|"]
+    print("\nreloading each built folder in a fresh process, the project not importable ...")
+    lines = ["| folder | parameters | dim | headline of this build | shipped (the Hub folder's card) | loads with | "
+             "embedding space | build min |", "|---|---|---|---|---|---|---|---|"]
     for pipeline in pipelines:  # the load check publish runs: a copy of exactly the files that go up
-        folder = pipeline.folder
-        loaded = publish.load_check(pipeline.path, publish.published_files(pipeline.path)[0])
+        folder = cards.built_folder(runs.ROOT / budget.root / pipeline.export)
+        loaded = publish.load_check(folder, publish.published_files(folder)[0])
         model_minutes = sum(minutes[step.name] or 0 for step in steps if step.pipeline == pipeline)
         space = loaded["embedding_space"] + (f" / arms on: {loaded['embedding_space_with_arms']}"
                                              if "embedding_space_with_arms" in loaded else "")
-        lines.append(f"| {folder} | {loaded['parameters']:,} | {loaded['dimension']} | {headline(folder)} | "
-                     f"{', '.join(loaded['checks'])} | `{space}` | {model_minutes:.0f} |")
+        lines.append(f"| {pipeline.folder} | {loaded['parameters']:,} | {loaded['dimension']} | {headline(folder)} | "
+                     f"{headline(pipeline.path)} | {', '.join(loaded['checks'])} | `{space}` | {model_minutes:.0f} |")
     built = [name for name, (_, how) in outcome.items() if how == "built"]
     lines.append(f"\nthis run: {(time.perf_counter() - started) / 60:.1f} min, {len(built)} of {len(steps)} steps "
                  f"built; every step as built: {sum(m or 0 for m in minutes.values()):.1f} min on {os.cpu_count()} "
                  "cores")
+    lines.append(f"the builds are in {budget.root}/<pipeline>/export/<folder>/; `make release BUDGET=<budget>` copies "
+                 "them into the Hub folders")
     summary = "\n".join(lines)
     (runs.ROOT / budget.root / "summary.md").write_text(summary + "\n")
     runs.write_json(runs.ROOT / budget.root / "steps.json", {

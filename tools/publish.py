@@ -172,8 +172,7 @@ def tokenizer_problems(folder):
 
 def card_problems(folder):
     """The model card: README.md with YAML front matter, and the card its run records give (tools/cards.py) when
-    this checkout holds the export run that wrote it; a folder exported elsewhere must at least have a card no
-    older than its weights."""
+    it is a Hub folder with released records; another folder must at least have a card no older than its weights."""
     card, weights = folder / "README.md", folder / "model.safetensors"
     if not card.is_file():
         return ["no README.md (the model card)"]
@@ -182,9 +181,11 @@ def card_problems(folder):
     except (yaml.YAMLError, ValueError) as problem:
         return [f"README.md's front matter is not a YAML mapping: {problem}"]
     problems = [] if front_matter else ["README.md does not start with YAML front matter (--- ... ---)"]
-    export = cards.export_of(folder)
-    if export is not None:
-        if card.read_text() != cards.export_tool(export).card_from_records(export)[1]:
+    pipeline = registry.BY_FOLDER.get(folder.name)
+    release = cards.released(pipeline) if pipeline is not None and folder.resolve() == pipeline.path else None
+    if release is not None:
+        root, export = release
+        if card.read_text() != cards.export_tool(export).card_from_records(export, root):
             problems.append(f"README.md is not what the run records of {export} give: run `make cards`")
     elif weights.is_file() and card.stat().st_mtime < weights.stat().st_mtime:
         problems.append("README.md is older than model.safetensors: regenerate the card")

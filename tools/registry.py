@@ -2,11 +2,16 @@
 this list; nothing else names the models.
 
 A pipeline's tools live in tools/<name>/ with the same file names in each (train, evaluate, export, ...), run as
-`python -m tools.<name>.<step>`; its Hub folder is <folder>/ at the repository root, and its export step writes
-runs/<budget>/<name>/export, whose records the card is generated from.
+`python -m tools.<name>.<step>`; its Hub folder is <folder>/ at the repository root. Its export step writes
+runs/<budget>/<name>/export, whose records the card is generated from, and builds the model's folder inside it
+(runs/<budget>/<name>/export/<folder>/), starting from the Hub folder's own files; tools/release.py copies that
+build into the Hub folder.
 """
 
+import fnmatch
+import shutil
 from dataclasses import dataclass
+from pathlib import Path
 
 from tools import runs
 
@@ -18,6 +23,8 @@ class Pipeline:
     vendored: tuple  # the shared_modeling modules its folder vendors as shared_<module>.py (with their imports)
     weights: tuple  # glob patterns (paths in the folder) that must each match a published file: what make demo builds
     loader: str  # how a user loads the folder: "AutoModel" (remote code, .encode) or "SentenceTransformer"
+    built: tuple  # fnmatch patterns (paths in the folder) of what its export writes besides `weights`: the rest of the
+    #               Hub folder (code, config, tokenizer) is the folder's own, the files a build starts from
 
     @property
     def path(self):
@@ -28,15 +35,35 @@ class Pipeline:
         """Its export step's run folder below a budget's root: the records its card comes from."""
         return f"{self.name}/export"
 
+    def is_built(self, relative):
+        """Whether this path in the folder (a str with "/") is written by an export, not the folder's own."""
+        return any(fnmatch.fnmatch(relative, pattern) for pattern in (*self.weights, *self.built))
+
+    def start_build(self, to, source=None):
+        """Make `to` a copy of the own files (everything an export does not write) of `source`, by default the Hub
+        folder, removing what was there: the folder an export then fills."""
+        source = Path(source or self.path)
+        if Path(to).resolve() in (self.path, source.resolve()):
+            raise SystemExit(f"{to} is a Hub folder: exports build beside it, `make release` copies a build in")
+        if Path(to).exists():
+            shutil.rmtree(to)
+        for path in sorted(source.rglob("*")):
+            relative = path.relative_to(source).as_posix()
+            if path.is_file() and not self.is_built(relative) and "__pycache__" not in path.parts:
+                (Path(to) / relative).parent.mkdir(parents=True, exist_ok=True)
+                shutil.copy(path, Path(to) / relative)
+
 
 PIPELINES = (
     Pipeline("captionbert", "captionbert-8192-v2",
              ("layers", "pooling", "identity", "checks", "encoding", "amoe_mixin", "amoe"),
-             ("model.safetensors", "amoe/*/dispatch.safetensors", "amoe/arms/*.safetensors"), "AutoModel"),
+             ("model.safetensors", "amoe/*/dispatch.safetensors", "amoe/arms/*.safetensors"), "AutoModel",
+             ("README.md", "loss_curve.png", "amoe/*")),
     Pipeline("glyph", "glyph-embedder-v2", (),
-             ("model.safetensors", "glyph-embedder-v2-f32.gguf", "glyph-embedder-v2-f16.gguf"), "SentenceTransformer"),
+             ("model.safetensors", "glyph-embedder-v2-f32.gguf", "glyph-embedder-v2-f16.gguf"), "SentenceTransformer",
+             ("README.md", "training_curve.png", "*.gguf")),
     Pipeline("geolip", "geolip-clip-ctx576", ("pooling", "segments", "identity", "checks", "encoding"),
-             ("model.safetensors",), "AutoModel"),
+             ("model.safetensors",), "AutoModel", ("README.md", "training_curve.png")),
 )
 BY_NAME = {pipeline.name: pipeline for pipeline in PIPELINES}
 BY_FOLDER = {pipeline.folder: pipeline for pipeline in PIPELINES}

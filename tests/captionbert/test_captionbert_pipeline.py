@@ -335,11 +335,13 @@ def test_pipeline_end_to_end_exports_a_loadable_folder_with_a_generated_card(tmp
     long_dir = tmp_path / "long"
     assert long_inputs.main(["--model", str(distill / "final"), "--teacher", str(tiny_teachers[0]),
                              "--data-dir", str(data_dir), "--out", str(long_dir)]) == 0
-    target = captionbert_copy(tmp_path / "hub-folder", **{**TINY_CAPTIONBERT, "output_dim": 48})
+    hub = captionbert_copy(tmp_path / "hub-folder", **{**TINY_CAPTIONBERT, "output_dim": 48})
     assert captionbert_export.main(["--extract", str(extraction), "--align", str(alignment), "--distill",
                                     str(distill), "--eval", str(eval_dir), "--long", str(long_dir), "--out",
-                                    str(tmp_path / "export"), "--to", str(target)]) == 0
+                                    str(tmp_path / "export"), "--hub", str(hub)]) == 0
+    target = tmp_path / "export" / "captionbert-8192-v2"  # built inside the export run, from hub's own files
     assert_card_from_records(tmp_path / "export", target)
+    assert not (hub / "model.safetensors").exists()  # the folder it started from is left as it was
 
     assert (target / "model.safetensors").read_bytes() == (distill / "final" / "model.safetensors").read_bytes()
     card = (target / "README.md").read_text()
@@ -366,7 +368,7 @@ def test_pipeline_end_to_end_exports_a_loadable_folder_with_a_generated_card(tmp
     (distill / "final" / "model.safetensors").write_bytes(b"0" * 10)
     with pytest.raises(SystemExit, match="scored other weights"):
         captionbert_export.main(["--extract", str(extraction), "--align", str(alignment), "--distill", str(distill),
-                                 "--eval", str(eval_dir), "--out", str(tmp_path / "export-2"), "--to", str(target)])
+                                 "--eval", str(eval_dir), "--out", str(tmp_path / "export-2"), "--hub", str(hub)])
 
 
 def test_silver_pairs_are_scored_by_the_teachers_cosine(tmp_path, extraction):

@@ -1,4 +1,6 @@
-"""Put a distilled student into the captionbert-8192-v2 Hub folder and write its model card from the run records.
+"""Build a captionbert-8192-v2 folder from a distilled student (and its arms) and write its model card from the run
+records. The folder is built inside the export run (<out>/captionbert-8192-v2/, starting from the Hub folder's own
+files); `make release` (tools/release.py) copies a build into the Hub folder.
 
 Usage (the order make demo runs them in):
     python -m tools.captionbert.evaluate --out runs/demo/eval --encoder captionbert-8192-v2=runs/demo/distill/final \\
@@ -35,7 +37,6 @@ import numpy as np
 
 from tools import cards, encoders, registry, runs, sts
 
-CAPTIONBERT = registry.CAPTIONBERT.path
 STUDENT = registry.CAPTIONBERT.folder  # its row in the evaluation
 FOR_SCALE = "all-MiniLM-L6-v2"
 FROM_SCRATCH = "captionbert-8192-v2 (from scratch)"  # the same budget trained from a random init (evaluate row)
@@ -57,7 +58,9 @@ class Config:
     eval: Path  # tools/captionbert/evaluate.py run that scored the student (row STUDENT) and the teachers
     out: Path  # run folder for this export's checks (config.json, run.json, metrics.json)
     goal_mean: float = 0.76  # the cpu budget's STS-8 mean goal (issue 18) the card measures the student against
-    to: Path = CAPTIONBERT  # the Hub folder to fill
+    to: Path | None = None  # the folder to build (default <out>/<its Hub folder's name>); make release copies it
+    #                         into the Hub folder
+    hub: Path = registry.CAPTIONBERT.path  # the folder whose own files (code, config, tokenizer) the build starts from
     amoe: Path | None = None  # tools/captionbert/amoe/train.py select run whose amoe/ library ships with these weights
     long: Path | None = None  # tools/captionbert/long_inputs.py run that scored the student's long inputs
 
@@ -346,24 +349,24 @@ def card_context(metrics, extract_manifest, extraction, align_report, distill_me
         "positions_from_teacher": init["positions_from_teacher"] if init["kind"] == "select" else None}
 
 
-def card_from_records(folder):
-    """(the README.md to write, its text), from run records alone: this export run's config.json and metrics.json,
-    and the extraction, alignment, distillation, evaluation and arm-selection runs its config names (tools/cards.py
+def card_from_records(folder, root=runs.ROOT):
+    """The card's text from run records alone: this export run's config.json and metrics.json, and the extraction,
+    alignment, distillation, evaluation and arm-selection runs its config names, relative to root (tools/cards.py
     regenerates cards with it)."""
     config = runs.read_json(Path(folder) / "config.json")
-    extract, align, distill = Path(config["extract"]), Path(config["align"]), Path(config["distill"])
+    extract, align, distill = root / config["extract"], root / config["align"], root / config["distill"]
     select = arms_json = None
     if config["amoe"] is not None:
-        select = runs.read_json(Path(config["amoe"]) / "metrics.json")
+        select = runs.read_json(root / config["amoe"] / "metrics.json")
         if select["shipped"] is not None:
-            arms_json = runs.read_json(Path(config["amoe"]) / "amoe" / "arms" / "ARMS.json")
-    context = card_context(runs.read_json(Path(config["eval"]) / "metrics.json"),
+            arms_json = runs.read_json(root / config["amoe"] / "amoe" / "arms" / "ARMS.json")
+    context = card_context(runs.read_json(root / config["eval"] / "metrics.json"),
                            runs.read_json(extract / "manifest.json"), runs.read_json(extract / "extraction.json"),
                            runs.read_json(align / "report.json"), runs.read_json(distill / "metrics.json"),
                            runs.read_json(distill / "config.json"), runs.read_json(Path(folder) / "metrics.json"),
                            select, arms_json,
-                           runs.read_json(Path(config["long"]) / "metrics.json") if config.get("long") else None)
-    return Path(config["to"]) / "README.md", cards.render(CARD, **context)
+                           runs.read_json(root / config["long"] / "metrics.json") if config.get("long") else None)
+    return cards.render(CARD, **context)
 
 
 def main(argv=None):
@@ -373,10 +376,15 @@ def main(argv=None):
     parser.add_argument("--distill", type=Path, required=True)
     parser.add_argument("--eval", type=Path, required=True)
     parser.add_argument("--out", type=Path, required=True, help="run folder for this export's checks")
-    parser.add_argument("--to", type=Path, default=CAPTIONBERT, help="the captionbert Hub folder to fill")
+    parser.add_argument("--to", type=Path, default=None, help="the folder to build (default: <out>/<Hub folder name>)")
+    parser.add_argument("--hub", type=Path, default=Config.hub,
+                        help="the folder whose code, config and tokenizer the build starts from (default: the Hub "
+                             "folder)")
     parser.add_argument("--amoe", type=Path, default=None, help="tools/captionbert/amoe/train.py select run to ship")
     parser.add_argument("--long", type=Path, default=None, help="tools/captionbert/long_inputs.py run of the student")
     config = Config(**vars(parser.parse_args(argv)))
+    config.to = config.to or config.out / STUDENT
+    registry.CAPTIONBERT.start_build(config.to, config.hub)
     final, metrics = check_inputs(config)
     select = None
     if config.amoe is not None:
@@ -417,8 +425,8 @@ def main(argv=None):
                   "roster": exported.get("roster"), "weights_sha256": encoders.weights_hash(config.to),
                   "goal_mean": config.goal_mean}
         runs.write_json(config.out / "metrics.json", export)
-        path, card = card_from_records(config.out)
-        path.write_text(card)
+        path = config.to / "README.md"
+        path.write_text(card_from_records(config.out))
     print(f"wrote {path}\n")
     print(sts_table(metrics, runs.read_json(config.extract / "manifest.json")))
     if select is not None:

@@ -1,5 +1,6 @@
-"""Put a trained geolip memory (with its frozen base) into the geolip-clip-ctx576 Hub folder and write its model
-card from the run records.
+"""Build a geolip-clip-ctx576 folder from a trained geolip memory (with its frozen base) and write its model card from
+the run records. The folder is built inside the export run (<out>/geolip-clip-ctx576/, starting from the Hub folder's
+own files); `make release` (tools/release.py) copies a build into the Hub folder.
 
 Usage (the order make demo runs them in):
     python -m tools.geolip.train --out runs/demo/geolip/train
@@ -12,7 +13,7 @@ Usage (the order make demo runs them in):
 What it does:
     1. checks that the evaluation scored exactly the trained weights (same sha256);
     2. copies the weights (frozen base included), config.json, the tokenizer's files and the training curve into the
-       folder; the folder's own remote code stays (it is the source; tools/vendor.py keeps its shared_*.py in sync);
+       folder; the Hub folder's own remote code stays (it is the source; tools/vendor.py keeps its shared_*.py in sync);
     3. loads the folder with AutoModel in a fresh process with the project NOT importable, and checks that it embeds
        the held-out texts as the trained final/ folder does (max difference <= max_difference);
     4. records the checks and the goals (met or missed, from the evaluation's numbers) in the out folder
@@ -36,7 +37,6 @@ from tools import cards, encoders, registry, runs
 from tools.geolip.data import split_texts, training_config
 from tools.geolip.metrics import ROWS
 
-GEOLIP = registry.GEOLIP.path
 # the rows the memory is measured against
 BASELINES = ("window", "window_linear", "first_segment", "segment_mean", "whole")
 MEASURES = {"m_acc": "m_acc", "recall_at_5": "recall@5", "mrr": "MRR", "mean_cosine": "mean cosine to the teacher",
@@ -49,7 +49,8 @@ class Config:
     eval: Path  # tools/geolip/evaluate.py run that scored train/final
     out: Path  # run folder for this export's checks
     ablation: Path | None = None  # tools/geolip/evaluate.py run of a training run with other segments
-    to: Path = GEOLIP  # the Hub folder to fill
+    to: Path | None = None  # the folder to build (default <out>/<its Hub folder's name>); make release copies it
+    #                         into the Hub folder
     parity_texts: int = 64  # held-out texts the fresh-process load is checked on
     max_difference: float = 1e-5  # largest allowed |exported - trained| embedding entry
     goal_gallery: int = 500  # the goals hold on a gallery of at least this many held-out texts:
@@ -63,10 +64,11 @@ def parse_config(argv):
     parser.add_argument("--eval", type=Path, required=True)
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--ablation", type=Path, help="tools/geolip/evaluate.py run of an ablation training run")
-    parser.add_argument("--to", type=Path, default=GEOLIP, help="the geolip-clip-ctx576 Hub folder to fill")
+    parser.add_argument("--to", type=Path, default=None, help="the folder to build (default: <out>/<Hub folder name>)")
     parser.add_argument("--parity-texts", type=int, default=Config.parity_texts)
     parser.add_argument("--max-difference", type=float, default=Config.max_difference)
     config = Config(**vars(parser.parse_args(argv)))
+    config.to = config.to or config.out / registry.GEOLIP.folder
     needed = [config.train / "final" / "model.safetensors", config.train / "metrics.json",
               config.eval / "metrics.json"]
     if config.ablation is not None:
@@ -272,21 +274,20 @@ def card_context(train_config, train, evaluation, export, ablation=None):
     }
 
 
-def card_from_records(folder):
-    """(the README.md to write, its text), from run records alone: this export run's config.json and metrics.json,
-    and the training, evaluation and ablation runs its config names (tools/cards.py regenerates cards with it)."""
+def card_from_records(folder, root=runs.ROOT):
+    """The card's text from run records alone: this export run's config.json and metrics.json, and the training,
+    evaluation and ablation runs its config names, relative to root (tools/cards.py regenerates cards with it)."""
     config = runs.read_json(Path(folder) / "config.json")
-    train = Path(config["train"])
+    train = root / config["train"]
     ablation = None
     if config["ablation"] is not None:
-        ablation_train = Path(runs.read_json(Path(config["ablation"]) / "config.json")["train"])
-        ablation = (runs.read_json(Path(config["ablation"]) / "metrics.json"),
+        ablation_train = root / runs.read_json(root / config["ablation"] / "config.json")["train"]
+        ablation = (runs.read_json(root / config["ablation"] / "metrics.json"),
                     runs.read_json(ablation_train / "metrics.json"))
     context = card_context(runs.read_json(train / "config.json"), runs.read_json(train / "metrics.json"),
-                           runs.read_json(Path(config["eval"]) / "metrics.json"),
+                           runs.read_json(root / config["eval"] / "metrics.json"),
                            runs.read_json(Path(folder) / "metrics.json"), ablation)
-    card = cards.render(Path(__file__).with_name("card.md"), **context)
-    return Path(config["to"]) / "README.md", card
+    return cards.render(Path(__file__).with_name("card.md"), **context)
 
 
 def main(argv=None):
@@ -296,7 +297,7 @@ def main(argv=None):
     encoders.require_scored(evaluation["weights_sha256"], final, config.eval)
 
     with runs.RunRecord(config.out, config, "geolip.export"):
-        config.to.mkdir(parents=True, exist_ok=True)
+        registry.GEOLIP.start_build(config.to)
         for path in sorted(final.iterdir()):
             if path.suffix != ".py":  # the weights, config.json and the tokenizer's files; the code is the folder's
                 shutil.copy(path, config.to / path.name)
@@ -320,8 +321,8 @@ def main(argv=None):
         train_run = runs.read_json(config.train / "run.json")
         export["train_wall_minutes"] = round(runs.elapsed_minutes(train_run["started"], train_run["finished"]), 1)
         runs.write_json(config.out / "metrics.json", export)
-        path, card = card_from_records(config.out)
-        path.write_text(card)
+        path = config.to / "README.md"
+        path.write_text(card_from_records(config.out))
     print(f"wrote {path}\n")
     print(retrieval_table(evaluation))
     return 0

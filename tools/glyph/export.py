@@ -1,5 +1,6 @@
-"""Put a trained glyph encoder into the glyph-embedder-v2 Hub folder, with its GGUF files, and write its model card
-from the run records.
+"""Build a glyph-embedder-v2 folder from a trained glyph encoder, with its GGUF files, and write its model card from
+the run records. The folder is built inside the export run (<out>/glyph-embedder-v2/, starting from the Hub folder's
+own files); `make release` (tools/release.py) copies a build into the Hub folder.
 
 Usage (the order make demo runs them in):
     python -m tools.glyph.corpus --out runs/demo/glyph/corpus
@@ -11,7 +12,7 @@ Usage (the order make demo runs them in):
 
 What it does:
     1. checks that the evaluation scored exactly the trained weights (same sha256);
-    2. copies the sentence-transformers folder (weights, tokenizer, modules) and the training curve into the folder;
+    2. copies the sentence-transformers folder (weights, tokenizer, modules) and the training curve into it;
     3. in a fresh process with the project NOT importable, loads the folder with SentenceTransformer (no custom code)
        and with plain AutoModel/AutoTokenizer + a manual mean pool, and checks both give the trained embeddings;
     4. writes glyph-embedder-v2-f32.gguf and -f16.gguf (tools/glyph/gguf.py) and runs them in llama.cpp
@@ -38,7 +39,6 @@ from tools.glyph import gguf
 from tools.glyph.data import read_triples
 from tools.glyph.metrics import table_markdown
 
-GLYPH = registry.GLYPH.path
 MODEL = registry.GLYPH.folder  # its row in the evaluation
 GENERAL = "all-MiniLM-L6-v2"  # the off-the-shelf general encoder row
 FOLDER_FILES = ("config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json", "modules.json",
@@ -51,7 +51,8 @@ class Config:
     train: Path  # tools/glyph/train.py folder (final/ holds the sentence-transformers model)
     eval: Path  # tools/glyph/evaluate.py run that scored the model (row MODEL)
     out: Path  # run folder for this export's checks
-    to: Path = GLYPH  # the Hub folder to fill
+    to: Path | None = None  # the folder to build (default <out>/<its Hub folder's name>); make release copies it
+    #                         into the Hub folder
     parity_strings: int = 300  # held-out test strings the GGUF files are checked on
     min_cosine: float = 0.999  # llama.cpp vs PyTorch, per string (the spec's bar)
     goal_win_rate: float = 0.90  # the goals the card measures the model against: the mutation win rate ...
@@ -64,10 +65,11 @@ def parse_config(argv):
     parser.add_argument("--train", type=Path, required=True)
     parser.add_argument("--eval", type=Path, required=True)
     parser.add_argument("--out", type=Path, required=True)
-    parser.add_argument("--to", type=Path, default=GLYPH, help="the glyph-embedder-v2 Hub folder to fill")
+    parser.add_argument("--to", type=Path, default=None, help="the folder to build (default: <out>/<Hub folder name>)")
     parser.add_argument("--parity-strings", type=int, default=Config.parity_strings)
     parser.add_argument("--min-cosine", type=float, default=Config.min_cosine)
     config = Config(**vars(parser.parse_args(argv)))
+    config.to = config.to or config.out / MODEL
     for path in (config.train / "final" / "model.safetensors", config.train / "metrics.json",
                  config.eval / "metrics.json", config.corpus / "metrics.json"):
         if not path.exists():
@@ -160,16 +162,15 @@ def card_context(corpus, train_config, train, evaluation, export):
     }
 
 
-def card_from_records(folder):
-    """(the README.md to write, its text), from run records alone: this export run's config.json and metrics.json,
-    and the corpus, training and evaluation runs its config names (tools/cards.py regenerates cards with it)."""
+def card_from_records(folder, root=runs.ROOT):
+    """The card's text from run records alone: this export run's config.json and metrics.json, and the corpus,
+    training and evaluation runs its config names, relative to root (tools/cards.py regenerates cards with it)."""
     config = runs.read_json(Path(folder) / "config.json")
-    corpus, train, evaluation = (Path(config[name]) for name in ("corpus", "train", "eval"))
+    corpus, train, evaluation = (root / config[name] for name in ("corpus", "train", "eval"))
     context = card_context(runs.read_json(corpus / "metrics.json"), runs.read_json(train / "config.json"),
                            runs.read_json(train / "metrics.json"), runs.read_json(evaluation / "metrics.json"),
                            runs.read_json(Path(folder) / "metrics.json"))
-    card = cards.render(Path(__file__).with_name("card.md"), **context)
-    return Path(config["to"]) / "README.md", card
+    return cards.render(Path(__file__).with_name("card.md"), **context)
 
 
 def main(argv=None):
@@ -181,7 +182,7 @@ def main(argv=None):
     encoders.require_scored(evaluation["rows"][MODEL]["weights_sha256"], final, config.eval)
 
     with runs.RunRecord(config.out, config, "glyph.export"):
-        config.to.mkdir(parents=True, exist_ok=True)
+        registry.GLYPH.start_build(config.to)
         for name in FOLDER_FILES:
             target = config.to / name
             if target.is_dir():
@@ -215,8 +216,8 @@ def main(argv=None):
                   "weights_sha256": encoders.weights_hash(config.to), "embedding_space": space,
                   "goal_win_rate": config.goal_win_rate, "goal_mrr_at_10": config.goal_mrr_at_10}
         runs.write_json(config.out / "metrics.json", export)
-        path, card = card_from_records(config.out)
-        path.write_text(card)
+        path = config.to / "README.md"
+        path.write_text(card_from_records(config.out))
     print(f"wrote {path}\n")
     print(table_markdown(evaluation["rows"]))
     return 0
