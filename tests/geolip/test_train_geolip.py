@@ -9,6 +9,7 @@ import shutil
 import numpy as np
 import pytest
 import torch
+from safetensors import safe_open
 from transformers import AutoModel, AutoTokenizer
 
 from helpers import ROOT, assert_card_from_records, tiny_teacher
@@ -138,6 +139,25 @@ def test_hard_negative_groups_of_training_texts_join_every_batch(tmp_path, data_
     assert len(hard) == 6 and cached.shape == (6, 48)
     held_out_prefixes = {text[:200] for text in validation}
     assert not any(text[:200] in held_out_prefixes for text in hard)  # built from training texts alone
+
+
+@pytest.mark.slow
+def test_a_float16_save_stores_half_the_bytes_and_records_the_stored_weights_m_acc(tmp_path, data_dir):
+    base, out, argv = tiny_run(tmp_path, data_dir, flickr_captions=0, steps=2, batch_size=4, init_texts=8,
+                               cv_target_texts=2, splice_groups=2, hard_negative_groups=0, save_dtype="float16")
+    with pytest.raises(SystemExit, match="--save-dtype must be one of"):
+        geolip_train.main([*argv, "--save-dtype", "int8"])
+    assert geolip_train.main(argv) == 0
+    metrics = json.loads((out / "metrics.json").read_text())
+    with safe_open(out / "final" / "model.safetensors", "pt") as stored:
+        assert {stored.get_tensor(name).dtype for name in stored.keys()} == {torch.float16}
+    model = AutoModel.from_pretrained(out / "final", trust_remote_code=True)
+    assert next(model.parameters()).dtype == torch.float32  # config.json: it computes in float32
+    assert metrics["save_dtype"] == "float16"
+    # the folder as users load it (the stored weights) scores the m_acc the run recorded for them
+    assert geolip_evaluate.main(["--train", str(out), "--out", str(tmp_path / "eval")]) == 0
+    evaluation = json.loads((tmp_path / "eval" / "metrics.json").read_text())
+    assert evaluation["rows"]["memory"]["m_acc"] == pytest.approx(metrics["stored_validation_m_acc"], abs=1e-5)
 
 
 def test_retrieval_measures_on_known_cases():

@@ -65,6 +65,9 @@ class Config:
     warmup_fraction: float = 0.06  # share of the steps spent warming up
     precision: str = "auto"  # forward pass: bf16 autocast (losses and optimiser float32) | fp32 | auto: bf16 where
     #                          the hardware computes it (tools/training.resolve_precision), else fp32
+    save_dtype: str = "float32"  # how final/model.safetensors stores the weights (the frozen base too): float32 |
+    #                              float16 (half the file; the model loads and computes in float32 either way;
+    #                              training.save_stored)
     validate_every: int = 200  # steps between m_acc measurements
     checkpoint_every: int = 100  # steps between atomic checkpoints
     log_every: int = 20  # steps between history / TensorBoard points
@@ -86,12 +89,12 @@ PRESETS = {
     "cpu": {"base": "all-MiniLM-L6-v2", "base_pooling": "mean", "base_window": 77,
             "teacher": "teacher:all-mpnet-base-v2", "steps": 320, "validate_every": 160,
             "readout_anchors": "past_window", "readout_source": "base", "hard_negative_groups": 100,
-            "cosine_weight": 0.3},
+            "cosine_weight": 0.3, "save_dtype": "float16"},
     # The published recipe: CLIP-L's text tower, ModernBERT-large, CC12M LLaVA captions (--texts), batch 64,
     # 10 epochs of 50K texts.
     "paper": {"base": "openai/clip-vit-large-patch14", "base_pooling": "eos", "base_window": 77,
               "teacher": "answerdotai/ModernBERT-large", "batch_size": 64, "steps": 7800, "learning_rate": 1e-4,
-              "validation_texts": 2000, "flickr_captions": 0},
+              "validation_texts": 2000, "flickr_captions": 0, "save_dtype": "float16"},
 }
 
 

@@ -36,8 +36,9 @@ Training: AdamW with linear warm-up and decay, bf16 autocast on the forward pass
 (--precision auto; float32 elsewhere; the losses always in float32).
 The out folder gets config.json, run.json, checkpoint-memory.pt, teacher.npy (the cache of the training, held-out
 and spliced texts' teacher embeddings, unless --teacher-cache names a shared one), tensorboard/, metrics.json
-(history, init, CV target, the minutes each phase took) and training_curve.png, and final/, the model folder
-(weights, tokenizer, remote code).
+(history, init, CV target, the minutes each phase took, and the validation m_acc of the weights as stored) and
+training_curve.png, and final/, the model folder (weights, tokenizer, remote code). --save-dtype float16 (both
+presets) stores every weight, the frozen base's too, in half the bytes; the model loads and computes in float32.
 """
 
 import argparse
@@ -61,7 +62,7 @@ from tools.geolip.data import (PRESETS, Config, base_folder, build_model, split_
                                teacher_embeddings, teacher_encode)
 from tools.geolip.metrics import m_acc, mean_cosine, procrustes_maps, row_embeddings
 from tools.plots import Panel, curve, plot_history
-from tools.training import batch_at, resolve_precision, run_stage
+from tools.training import STORAGE_DTYPES, batch_at, resolve_precision, run_stage, save_stored
 
 
 def parse_config(argv):
@@ -81,6 +82,8 @@ def parse_config(argv):
                          f"--splice-k {config.splice_k} and other texts")
     if min(config.procrustes_weight, config.cv_weight, config.cosine_weight) < 0:
         raise SystemExit("--procrustes-weight, --cv-weight and --cosine-weight must be >= 0")
+    if config.save_dtype not in STORAGE_DTYPES:
+        raise SystemExit(f"--save-dtype must be one of {', '.join(STORAGE_DTYPES)}, got {config.save_dtype!r}")
     config.precision = resolve_precision(config.precision, "cpu")  # before the run record, which keeps what ran
     config.teacher_precision = resolve_precision(config.teacher_precision, "cpu")
     return config
@@ -190,7 +193,11 @@ def main(argv=None):
         folder = config.out / "final"
         if folder.exists():
             shutil.rmtree(folder)
-        model.save_pretrained(folder)
+        save_stored(model, folder, config.save_dtype)  # the model is now the stored weights
+        stored_m_acc = history["validation"][-1]["m_acc"]  # float32 stores the weights as trained
+        if config.save_dtype != "float32":
+            with torch.no_grad():
+                stored_m_acc = validate()["m_acc"]
         model.tokenizer.save_pretrained(folder)
         runs.forget_load_location(folder)
         plot_history([Panel("loss", {"loss": curve(history["train"], "loss")},
@@ -204,10 +211,11 @@ def main(argv=None):
                    "projector_init": init, "cv_target": {"value": target_cv, "texts": cv_texts},
                    "teacher_minutes": round(teacher_minutes, 1),
                    "training_minutes": round(history["training_seconds"] / 60, 1),
-                   "history": history}
+                   "save_dtype": config.save_dtype, "stored_validation_m_acc": stored_m_acc, "history": history}
         runs.write_json(config.out / "metrics.json", metrics)
         record.info["validation_m_acc"] = history["validation"][-1]["m_acc"]
-    print(f"validation m_acc {history['validation'][-1]['m_acc']:.4f} at step {history['validation'][-1]['step']}; "
+    print(f"validation m_acc {history['validation'][-1]['m_acc']:.4f} at step {history['validation'][-1]['step']} "
+          f"({stored_m_acc:.4f} as stored in {config.save_dtype}); "
           f"the card's rows: python -m tools.geolip.evaluate --train {config.out} --out <folder>")
     print(f"wrote {folder}")
     return 0
