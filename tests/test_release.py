@@ -94,6 +94,9 @@ def test_a_release_below_the_shipped_headline_is_refused_unless_forced(project):
     with pytest.raises(SystemExit, match="below the shipped 0.5"):
         release.main(["--budget", "cpu", "--model", GLYPH.folder])
     assert (GLYPH.path / "model.safetensors").read_bytes() == b"shipped"
+    (GLYPH.path / "README.md").write_text(card(0.1).replace("win rate", "MRR"))  # another measure: no comparison
+    with pytest.raises(SystemExit, match="cannot be compared"):
+        release.main(["--budget", "cpu", "--model", GLYPH.folder])
     assert release.main(["--budget", "cpu", "--model", GLYPH.folder, "--force"]) == 0
     assert (GLYPH.path / "model.safetensors").read_bytes() == b"new"
 

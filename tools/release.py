@@ -107,14 +107,19 @@ def copy_build(pipeline, built):
 
 
 def release(pipeline, budget, force=False):
+    """Ship the budget's build of this pipeline into its Hub folder (the module docstring's steps 1-6)."""
     export = finished_export(pipeline, budget)
     built = cards.built_folder(export)
     new, shipped = headline(built), headline(pipeline.path)
     if new is None:
         raise SystemExit(f"{built} has no card: the export did not finish")
-    if shipped is not None and shipped[0] == new[0] and new[1] < shipped[1] and not force:
-        raise SystemExit(f"{pipeline.folder}: this build's {new[0]} is {new[1]}, below the shipped {shipped[1]}; "
-                         "--force (make release FORCE=1) ships it anyway")
+    if shipped is not None and not force:
+        if shipped[0] != new[0]:
+            raise SystemExit(f"{pipeline.folder}: this build's headline is {new[0]}, the shipped card's {shipped[0]}: "
+                             "they cannot be compared; --force (make release FORCE=1) ships it anyway")
+        if new[1] < shipped[1]:
+            raise SystemExit(f"{pipeline.folder}: this build's {new[0]} is {new[1]}, below the shipped {shipped[1]}; "
+                             "--force (make release FORCE=1) ships it anyway")
     check_relative(export)
     root = write_records(pipeline, export, budget)
     card = cards.export_tool(export).card_from_records(root / export.relative_to(runs.ROOT), root)
