@@ -39,7 +39,7 @@ def test_tiny_run_trains_evaluates_and_exports_a_loadable_folder(tmp_path, data_
     # batches of 4 cannot hold the preset's hard-negative groups of 10: test_hard_negative_groups_of_training_... does
     base, out, argv = tiny_run(tmp_path, data_dir, flickr_captions=16, steps=4, batch_size=4, validate_every=2,
                                checkpoint_every=2, log_every=1, init_texts=16, cv_target_texts=3, splice_groups=3,
-                               hard_negative_groups=0)
+                               hard_negative_groups=0, save_dtype="float32")  # the base bit for bit (the preset: fp16)
     assert geolip_train.main(argv) == 0
     metrics = json.loads((out / "metrics.json").read_text())
     assert metrics["validation_texts"] >= 24 and "final" not in metrics  # the rows are evaluate's
