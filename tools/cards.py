@@ -186,6 +186,16 @@ def unaccounted_numbers(card, numbers, published):
             if float(shown.replace(",", "")) not in published and not accounts_for(shown, unit, numbers)]
 
 
+def headline(folder):
+    """(what, value) of the first result in the folder's card's model-index (what: its metric on its dataset), or
+    None when the folder has no card."""
+    card = Path(folder) / "README.md"
+    if not card.is_file():
+        return None
+    result = ModelCard.load(card).data.eval_results[0]
+    return f"{result.metric_name or result.metric_type} on {result.dataset_name}", result.metric_value
+
+
 def measured_section(readme):
     """The project README with its measured table rewritten from the three cards' model-index (their YAML), each row
     naming the make demo budget its Hub folder's build came from (records/<folder>/release.json)."""

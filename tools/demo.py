@@ -41,8 +41,6 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from huggingface_hub import ModelCard
-
 from tools import cards, publish, registry, runs
 
 STATE = "demo-step.json"
@@ -252,10 +250,8 @@ def run_step(step, index, total, inputs, force, vouched=False):
 
 def headline(folder):
     """The card's first measured result (its model-index, generated from the run records), or "none" without a card."""
-    if not (Path(folder) / "README.md").is_file():
-        return "none"
-    result = ModelCard.load(Path(folder) / "README.md").data.eval_results[0]
-    return f"{result.metric_name or result.metric_type} {result.metric_value} on {result.dataset_name}"
+    result = cards.headline(folder)
+    return "none" if result is None else f"{result[0]}: {result[1]}"
 
 
 def build(steps, force=False, adopt=()):

@@ -30,18 +30,7 @@ import sys
 import time
 from pathlib import Path
 
-from huggingface_hub import ModelCard
-
 from tools import cards, demo, registry, runs
-
-
-def headline(folder):
-    """(name, value) of the first result in the folder's card's model-index, or None without a card."""
-    card = Path(folder) / "README.md"
-    if not card.is_file():
-        return None
-    result = ModelCard.load(card).data.eval_results[0]
-    return f"{result.metric_name} on {result.dataset_name}", result.metric_value
 
 
 def finished_export(pipeline, budget):
@@ -110,7 +99,7 @@ def release(pipeline, budget, force=False):
     """Ship the budget's build of this pipeline into its Hub folder (the module docstring's steps 1-6)."""
     export = finished_export(pipeline, budget)
     built = cards.built_folder(export)
-    new, shipped = headline(built), headline(pipeline.path)
+    new, shipped = cards.headline(built), cards.headline(pipeline.path)
     if new is None:
         raise SystemExit(f"{built} has no card: the export did not finish")
     if shipped is not None and not force:
