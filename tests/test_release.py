@@ -51,6 +51,7 @@ def build(root, score, absolute=False):
     evaluation, export = root / "runs/demo/glyph/eval", root / "runs/demo/glyph/export"
     evaluation.mkdir(parents=True)
     runs.write_json(evaluation / "metrics.json", {"win_rate": score})
+    runs.write_json(evaluation / "run.json", {"status": "ok"})
     runs.write_json(evaluation / "tokenizer_config.json", {"kept": False})
     (evaluation / "checkpoint.pt").write_bytes(b"not a record")
     GLYPH.start_build(export / GLYPH.folder)
@@ -58,7 +59,8 @@ def build(root, score, absolute=False):
     (built / "model.safetensors").write_bytes(b"new")
     (built / "glyph-embedder-v2-f16.gguf").write_bytes(b"f16")
     eval_path = str(evaluation) if absolute else "runs/demo/glyph/eval"
-    runs.write_json(export / "config.json", {"eval": eval_path, "to": f"runs/demo/glyph/export/{GLYPH.folder}"})
+    runs.write_json(export / "config.json", {"eval": eval_path, "to": f"runs/demo/glyph/export/{GLYPH.folder}",
+                                             "hub": str(GLYPH.path)})  # a model folder, named as a user gave it
     runs.write_json(export / "run.json", {"status": "ok"})
     (built / "README.md").write_text(card(score))
     return export
@@ -71,6 +73,8 @@ def test_a_build_starts_from_the_hub_folders_own_files_and_never_is_the_hub_fold
         "1_Pooling/config.json", "tokenizer.json"]  # no weights, GGUF or card: the export writes those
     with pytest.raises(SystemExit, match="is a Hub folder"):
         GLYPH.start_build(GLYPH.path)
+    with pytest.raises(SystemExit, match="is not a folder"):  # a mistyped source would build an empty folder
+        GLYPH.start_build(project / "c" / GLYPH.folder, project / "no-such-folder")
 
 
 def test_a_release_copies_the_build_and_mirrors_its_json_records(project):
@@ -81,8 +85,8 @@ def test_a_release_copies_the_build_and_mirrors_its_json_records(project):
     assert not (hub / "glyph-embedder-v2-f32.gguf").exists()  # another build's file, not this one's
     assert (hub / "1_Pooling" / "config.json").is_file() and (hub / "README.md").read_text() == card(0.75)
     mirrored = sorted(path.relative_to(records).as_posix() for path in records.rglob("*") if path.is_file())
-    assert mirrored == ["release.json", "runs/demo/glyph/eval/metrics.json", "runs/demo/glyph/export/config.json",
-                        "runs/demo/glyph/export/run.json"]
+    assert mirrored == ["release.json", "runs/demo/glyph/eval/metrics.json", "runs/demo/glyph/eval/run.json",
+                        "runs/demo/glyph/export/config.json", "runs/demo/glyph/export/run.json"]  # no Hub folder files
     assert cards.released(GLYPH) == (records, records / "runs/demo/glyph/export")
     readme = (project / "README.md").read_text()
     assert f"| {GLYPH.folder} | cpu budget | win rate | held out | 0.75 |" in readme

@@ -112,20 +112,31 @@ def built_folder(export_folder, root=None):
 
 
 def source_folders(export_folder, root=None):
-    """The run folders a card is built from: the export run and, transitively, every folder its config names (paths
-    relative to root, default the repository), the folder it built aside (its files are the model's, not records)."""
+    """The run folders a card is built from: the export run and, transitively, every run folder its config names
+    (paths relative to root, default the repository). The other folders a config names hold a model's files (a Hub
+    folder, the folder the export built) or data, not records."""
     root = root or runs.ROOT
-    built = built_folder(export_folder, root)
     seen, queue = [], [Path(export_folder)]
     while queue:
         folder = queue.pop()
         if folder in seen:
             continue
         seen.append(folder)
-        if (folder / "config.json").is_file():
-            queue += [root / value for value in runs.read_json(folder / "config.json").values()
-                      if isinstance(value, str) and value and (root / value).is_dir() and root / value != built]
+        queue += [root / value for value in named_paths(folder) if is_run_folder(root / value)]
     return seen
+
+
+def is_run_folder(folder):
+    """Whether a tool recorded a run here: its run.json, or runs/<process>/run.json for a tool that runs as several
+    processes (captionbert's extract)."""
+    return (folder / "run.json").is_file() or any(folder.glob("runs/*/run.json"))
+
+
+def named_paths(folder):
+    """The strings a run folder's config.json gives as its options' values (paths among them)."""
+    if not (folder / "config.json").is_file():
+        return []
+    return [value for value in runs.read_json(folder / "config.json").values() if isinstance(value, str) and value]
 
 
 def record_numbers(paths):

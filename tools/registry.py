@@ -43,6 +43,8 @@ class Pipeline:
         """Make `to` a copy of the own files (everything an export does not write) of `source`, by default the Hub
         folder, removing what was there: the folder an export then fills."""
         source = Path(source or self.path)
+        if not source.is_dir():
+            raise SystemExit(f"{source} is not a folder: a build starts from a copy of a {self.folder} folder's own files")
         if Path(to).resolve() in (self.path, source.resolve()):
             raise SystemExit(f"{to} is a Hub folder: exports build beside it, `make release` copies a build in")
         if Path(to).exists():

@@ -56,16 +56,14 @@ def record_files(export):
 
 
 def check_relative(export):
-    """Refuse an export whose config names its runs by absolute paths: the mirrored records could not resolve them."""
+    """Refuse an export whose configs name its run folders by absolute paths: the mirrored records could not resolve
+    them."""
     for folder in cards.source_folders(export):
-        config = folder / "config.json"
-        if not config.is_file():
-            continue
-        absolute = [value for value in runs.read_json(config).values() if isinstance(value, str) and value.startswith("/")
-                    and Path(value).exists()]
+        absolute = [value for value in cards.named_paths(folder) if Path(value).is_absolute()
+                    and cards.is_run_folder(Path(value))]
         if absolute:
-            raise SystemExit(f"{config} names {absolute[0]} by an absolute path: release builds made by make demo, "
-                             "whose runs are named relative to the repository")
+            raise SystemExit(f"{folder / 'config.json'} names the run {absolute[0]} by an absolute path: release "
+                             "builds made by make demo, whose runs are named relative to the repository")
 
 
 def write_records(pipeline, export, budget):

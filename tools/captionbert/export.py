@@ -60,7 +60,8 @@ class Config:
     goal_mean: float = 0.76  # the cpu budget's STS-8 mean goal (issue 18) the card measures the student against
     to: Path | None = None  # the folder to build (default <out>/<its Hub folder's name>); make release copies it
     #                         into the Hub folder
-    hub: Path = registry.CAPTIONBERT.path  # the folder whose own files (code, config, tokenizer) the build starts from
+    hub: Path | None = None  # the folder whose own files (code, config, tokenizer) the build starts from (default:
+    #                          the Hub folder; None keeps the record free of this machine's absolute paths)
     amoe: Path | None = None  # tools/captionbert/amoe/train.py select run whose amoe/ library ships with these weights
     long: Path | None = None  # tools/captionbert/long_inputs.py run that scored the student's long inputs
 
@@ -377,7 +378,7 @@ def main(argv=None):
     parser.add_argument("--eval", type=Path, required=True)
     parser.add_argument("--out", type=Path, required=True, help="run folder for this export's checks")
     parser.add_argument("--to", type=Path, default=None, help="the folder to build (default: <out>/<Hub folder name>)")
-    parser.add_argument("--hub", type=Path, default=Config.hub,
+    parser.add_argument("--hub", type=Path, default=None,
                         help="the folder whose code, config and tokenizer the build starts from (default: the Hub "
                              "folder)")
     parser.add_argument("--amoe", type=Path, default=None, help="tools/captionbert/amoe/train.py select run to ship")
