@@ -62,7 +62,7 @@ PIPELINES = (
              ("model.safetensors", "amoe/*/dispatch.safetensors", "amoe/arms/*.safetensors"), "AutoModel",
              ("README.md", "loss_curve.png", "amoe/*")),
     Pipeline("glyph", "glyph-embedder-v2", (),
-             ("model.safetensors", "glyph-embedder-v2-f32.gguf", "glyph-embedder-v2-f16.gguf"), "SentenceTransformer",
+             ("model.safetensors", "glyph-embedder-v2-f16.gguf"), "SentenceTransformer",
              ("README.md", "training_curve.png", "*.gguf")),
     Pipeline("geolip", "geolip-clip-ctx576", ("pooling", "segments", "identity", "checks", "encoding"),
              ("model.safetensors",), "AutoModel", ("README.md", "training_curve.png")),

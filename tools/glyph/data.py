@@ -33,6 +33,8 @@ class Config:
     weight_decay: float = 0.01  # AdamW weight decay
     precision: str = "auto"  # forward pass: bf16 autocast (losses and optimiser float32) | fp32 | auto: bf16 where
     #                          the hardware computes it (tools/training.resolve_precision), else fp32
+    save_dtype: str = "float32"  # how final/model.safetensors stores the weights: float32 | float16 (half the file;
+    #                              the model loads and computes in float32 either way; training.save_stored)
     validate_every: int = 200  # stage-2 steps between validation passes
     checkpoint_every: int = 200  # steps between atomic checkpoints
     log_every: int = 20  # steps between history / TensorBoard points
@@ -46,12 +48,13 @@ PRESETS = {
     # Not 40 minutes everywhere: on an AVX2-only CPU in float32, measured quiet, a stage-1 step takes 2.25 s and a
     # stage-2 step 4.2 s, so ~2.1 h on 2 cores; kept at these steps because stage 2 had not converged at 500.
     "cpu": {"mlm_steps": 600, "mlm_batch_size": 128, "mlm_learning_rate": 5e-4,
-            "contrastive_steps": 1500, "contrastive_batch_size": 128, "contrastive_learning_rate": 2e-4},
+            "contrastive_steps": 1500, "contrastive_batch_size": 128, "contrastive_learning_rate": 2e-4,
+            "save_dtype": "float16"},
     # The published recipe for stage 2 (4 epochs of 40,000 triples, batch 128, lr 2e-5, fp16 on a GPU); stage 1's
     # length and rate are this tool's choice (the spec gives none).
     "paper": {"mlm_steps": 20000, "mlm_batch_size": 128, "mlm_learning_rate": 5e-4,
               "contrastive_steps": 1250, "contrastive_batch_size": 128, "contrastive_learning_rate": 2e-5,
-              "validate_every": 250, "checkpoint_every": 500},
+              "validate_every": 250, "checkpoint_every": 500, "save_dtype": "float16"},
 }
 
 

@@ -1,4 +1,4 @@
-"""Build a glyph-embedder-v2 folder from a trained glyph encoder, with its GGUF files, and write its model card from
+"""Build a glyph-embedder-v2 folder from a trained glyph encoder, with its GGUF file, and write its model card from
 the run records. The folder is built inside the export run (<out>/glyph-embedder-v2/, starting from the Hub folder's
 own files); `make release` (tools/release.py) copies a build into the Hub folder.
 
@@ -15,9 +15,10 @@ What it does:
     2. copies the sentence-transformers folder (weights, tokenizer, modules) and the training curve into it;
     3. in a fresh process with the project NOT importable, loads the folder with SentenceTransformer (no custom code)
        and with plain AutoModel/AutoTokenizer + a manual mean pool, and checks both give the trained embeddings;
-    4. writes glyph-embedder-v2-f32.gguf and -f16.gguf (tools/glyph/gguf.py) and runs them in llama.cpp
-       (llama-cpp-python) on held-out test strings: tokens must match token for token and every cosine to the
-       PyTorch embedding must reach min_cosine;
+    4. writes glyph-embedder-v2-f16.gguf (tools/glyph/gguf.py; the presets store the weights in float16, so an f32
+       file would hold the same values in twice the bytes) and runs it in llama.cpp (llama-cpp-python) on held-out
+       test strings: tokens must match token for token and every cosine to the PyTorch embedding must reach
+       min_cosine;
     5. records the checks in the out folder (metrics.json) and writes README.md from the run records (its template:
        tools/glyph/card.md).
 """
@@ -53,7 +54,7 @@ class Config:
     out: Path  # run folder for this export's checks
     to: Path | None = None  # the folder to build (default <out>/<its Hub folder's name>); make release copies it
     #                         into the Hub folder
-    parity_strings: int = 300  # held-out test strings the GGUF files are checked on
+    parity_strings: int = 300  # held-out test strings the GGUF file is checked on
     min_cosine: float = 0.999  # llama.cpp vs PyTorch, per string (the spec's bar)
     goal_win_rate: float = 0.90  # the goals the card measures the model against: the mutation win rate ...
     goal_mrr_at_10: float = 0.96  # ... and the paraphrase MRR@10
@@ -206,7 +207,7 @@ def main(argv=None):
         folder_config = runs.read_json(config.to / "config.json")
         runs.write_json(config.to / "config.json", {**folder_config, "embedding_space": space})
         parity = {}  # per GGUF dtype
-        for dtype in ("f32", "f16"):
+        for dtype in ("f16",):
             path = gguf.export_gguf(config.to, config.to / f"{MODEL}-{dtype}.gguf", dtype, name=MODEL)
             parity[dtype] = check_gguf(config.to, path, texts, config.min_cosine)
             print(f"{path.name}: tokens identical on {parity[dtype]['tokens_identical']}/{len(texts)} strings, "
