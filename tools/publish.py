@@ -31,7 +31,6 @@ What it does; every folder is checked before anything goes up:
 import argparse
 import dataclasses
 import fnmatch
-import hashlib
 import json
 import shutil
 import sys
@@ -252,11 +251,6 @@ def load_check(folder, files):
 
 # ---- upload --------------------------------------------------------------------------------------------------------
 
-def sha256(path):
-    with open(path, "rb") as file:
-        return hashlib.file_digest(file, "sha256").hexdigest()
-
-
 def upload(api, repo, files, config, message):
     """Create `repo` if needed and commit `files` to it, deleting what the folder does not have; the record."""
     url = api.create_repo(repo, private=True if config.private else None, exist_ok=True)
@@ -266,7 +260,7 @@ def upload(api, repo, files, config, message):
     commit = api.create_commit(repo, operations, commit_message=message)
     return {"repo_id": repo, "url": str(url), "commit_url": commit.commit_url, "commit_oid": commit.oid,
             "deleted": deleted,
-            "files": {name: {"bytes": path.stat().st_size, "sha256": sha256(path)} for name, path in files.items()}}
+            "files": {name: {"bytes": path.stat().st_size, "sha256": runs.file_sha256(path)} for name, path in files.items()}}
 
 
 def main(argv=None):

@@ -39,6 +39,17 @@ class Pipeline:
         """Whether this path in the folder (a str with "/") is written by an export, not the folder's own."""
         return any(fnmatch.fnmatch(relative, pattern) for pattern in (*self.weights, *self.built))
 
+    def weights_files(self, folder):
+        """The files of a built or shipped folder that `weights` match: its binaries, as relative paths ("/")."""
+        return sorted(path.relative_to(folder).as_posix() for path in Path(folder).rglob("*")
+                      if path.is_file() and any(fnmatch.fnmatch(path.relative_to(folder).as_posix(), pattern)
+                                                for pattern in self.weights))
+
+    def weights_sha256(self, folder):
+        """{relative path: sha256 of its bytes} of a folder's binaries: what an export records of the files it built
+        (after checking they are the ones its evaluation scored), so a shipped file can be checked against it."""
+        return {relative: runs.file_sha256(Path(folder) / relative) for relative in self.weights_files(folder)}
+
     def start_build(self, to, source=None):
         """Make `to` a copy of the own files (everything an export does not write) of `source`, by default the Hub
         folder, removing what was there: the folder an export then fills."""

@@ -168,6 +168,12 @@ def run_isolated(script, *args, payload=None):
     return json.loads(result.stdout.strip().splitlines()[-1])
 
 
+def file_sha256(path):
+    """sha256 of a file's bytes (what `sha256sum` prints, and the Hub's LFS object id)."""
+    with open(path, "rb") as file:
+        return hashlib.file_digest(file, "sha256").hexdigest()
+
+
 def files_sha256(files, root):
     """sha256 over `files`, in the order given: each one's path relative to `root` (its name when it is `root`),
     then its bytes. The identity of weights (tools/encoders.py) and of a demo step's results (tools/demo.py)."""

@@ -424,7 +424,7 @@ def main(argv=None):
                   "embedding_space": exported["embedding_space"],
                   "embedding_space_with_arms": exported.get("embedding_space_with_arms"),
                   "roster": exported.get("roster"), "weights_sha256": encoders.weights_hash(config.to),
-                  "goal_mean": config.goal_mean}
+                  "files_sha256": registry.CAPTIONBERT.weights_sha256(config.to), "goal_mean": config.goal_mean}
         runs.write_json(config.out / "metrics.json", export)
         path = config.to / "README.md"
         path.write_text(card_from_records(config.out))

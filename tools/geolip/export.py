@@ -317,6 +317,7 @@ def main(argv=None):
                   "trainable": exported["trainable"], "hidden_size": len(exported["embeddings"][0]),
                   "teacher_dim": model_config["teacher_dim"], "base_model_type": model_config["base_model_type"],
                   "base_pooling": model_config["base_pooling"], "weights_sha256": encoders.weights_hash(config.to),
+                  "files_sha256": registry.GEOLIP.weights_sha256(config.to),
                   "embedding_space": exported["embedding_space"], "goals": goals(evaluation, config)}
         train_run = runs.read_json(config.train / "run.json")
         export["train_wall_minutes"] = round(runs.elapsed_minutes(train_run["started"], train_run["finished"]), 1)

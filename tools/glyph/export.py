@@ -214,7 +214,8 @@ def main(argv=None):
                   f"min cosine to PyTorch {parity[dtype]['min_cosine']:.6f}")
         export = {"parity_strings": len(texts), "manual_mean_pool_max_gap": manual_gap, "gguf": parity,
                   "llama_cpp_python": metadata.version("llama-cpp-python"),
-                  "weights_sha256": encoders.weights_hash(config.to), "embedding_space": space,
+                  "weights_sha256": encoders.weights_hash(config.to),
+                  "files_sha256": registry.GLYPH.weights_sha256(config.to), "embedding_space": space,
                   "goal_win_rate": config.goal_win_rate, "goal_mrr_at_10": config.goal_mrr_at_10}
         runs.write_json(config.out / "metrics.json", export)
         path = config.to / "README.md"
