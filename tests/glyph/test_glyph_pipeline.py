@@ -42,6 +42,14 @@ def trained(tmp_path_factory, corpus):
     return out
 
 
+def test_the_test_triples_regenerate_from_the_corpus_config_alone(corpus, tmp_path):
+    """What the shipped-weights check relies on to recompute the win rate without the (git-ignored) corpus."""
+    config = glyph_corpus.Config(**{**runs.read_json(corpus / "config.json"), "out": tmp_path})
+    glyph_data.write_triples(tmp_path / "test.jsonl", glyph_corpus.held_out_triples(config))
+    assert runs.file_sha256(tmp_path / "test.jsonl") == runs.read_json(corpus / "metrics.json")["test_sha256"]
+    assert (tmp_path / "test.jsonl").read_bytes() == (corpus / "test.jsonl").read_bytes()
+
+
 def words_of(text):
     return {word for atom in "".join(c if c.isalpha() or c == "_" else " " for c in text).split()
             for word in atom.split("_")}
@@ -209,6 +217,8 @@ def test_export_fills_a_folder_that_loads_without_custom_code_and_in_llama_cpp(t
     record = json.loads((tmp_path / "export" / "metrics.json").read_text())
     assert sorted(path.name for path in hub.glob("*.gguf")) == ["glyph-embedder-v2-f16.gguf"]  # f32 adds nothing
     assert record["gguf"]["f16"]["tokens_identical"] == 40 and record["gguf"]["f16"]["min_cosine"] >= 0.999
+    assert record["files_sha256"] == {name: runs.file_sha256(hub / name)  # what a shipped copy is checked against
+                                      for name in ("glyph-embedder-v2-f16.gguf", "model.safetensors")}
     card = (hub / "README.md").read_text()
     rows = json.loads((evaluation / "metrics.json").read_text())["rows"]
     assert f"| glyph-embedder-v2 | {rows['glyph-embedder-v2']['win_rate']:.3f} |" in card

@@ -75,6 +75,18 @@ def generate(lexicon, count, seed, desc, known=None):
     return triples
 
 
+def word_split(config):
+    """(training words, held-out words) of a corpus config: the lexicon split by word group."""
+    return Lexicon.load(extra_words=config.extra_words).split(config.held_out_fraction, config.seed)
+
+
+def held_out_triples(config, words=None):
+    """The test triples of a corpus config, over held-out words (seed + 1). They do not depend on the training
+    triples, so a check of shipped weights can regenerate them from the corpus's config.json alone."""
+    train_words, test_words = words or word_split(config)
+    return generate(test_words, config.test_triples, config.seed + 1, "test triples", known=train_words)
+
+
 def operator_token_counts(tokenizer):
     """{operator: how many tokens it takes written alone} for every operator symbol."""
     return {op: len(tokenizer.tokenize(op)) for op in OPERATORS}
@@ -85,12 +97,11 @@ def main(argv=None):
     if runs.run_state(config.out, config) == "complete":
         print(f"{config.out} is complete (metrics.json); nothing to do")
         return 0
-    lexicon = Lexicon.load(extra_words=config.extra_words)
-    train_words, test_words = lexicon.split(config.held_out_fraction, config.seed)
+    train_words, test_words = word_split(config)
     with runs.RunRecord(config.out, config, "glyph.corpus"):
         train = generate(train_words, config.train_triples + config.validation_triples, config.seed, "train triples")
         train, validation = train[:config.train_triples], train[config.train_triples:]
-        test = generate(test_words, config.test_triples, config.seed + 1, "test triples", known=train_words)
+        test = held_out_triples(config, (train_words, test_words))
         write_triples(config.out / "train.jsonl", train)
         write_triples(config.out / "validation.jsonl", validation)
         write_triples(config.out / "test.jsonl", test)
@@ -105,6 +116,7 @@ def main(argv=None):
             "words": {"train": len(train_words.words), "held_out": len(test_words.words),
                       "held_out_groups": len(test_words.groups)},
             "triples": {"train": len(train), "validation": len(validation), "test": len(test)},
+            "test_sha256": runs.file_sha256(config.out / "test.jsonl"),
             "corpus_strings": len(corpus),
             "rewrites": {name: dict(Counter(k for t in rows for k in t.rewrites).most_common())
                          for name, rows in (("train", train), ("test", test))},
