@@ -157,7 +157,7 @@ def vendoring_problems(folder):
 
 
 def missing_weights(folder, files):
-    return [f"no {pattern} (built by `make demo`)" for pattern in registry.BY_FOLDER[folder.name].weights
+    return [f"no {pattern} (`make demo` builds it, `make release` ships it into the folder)" for pattern in registry.BY_FOLDER[folder.name].weights
             if not any(fnmatch.fnmatchcase(name, pattern) for name in files)]
 
 
