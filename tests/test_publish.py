@@ -150,7 +150,8 @@ def edit_a_vendored_copy(folder):
 
 @pytest.mark.parametrize("spoil, message", [
     (edit_a_vendored_copy, r"differs from its source: captionbert-8192-v2/shared_layers.py \(run `make vendor`\)"),
-    (lambda folder: (folder / "model.safetensors").unlink(), r"no model.safetensors \(`make demo` builds it, `make release` ships it"),
+    (lambda folder: (folder / "model.safetensors").unlink(),
+     r"no model.safetensors \(`make demo` builds it, `make release` ships it"),
     (lambda folder: shutil.rmtree(folder / "amoe" / "arms"), r"no amoe/arms/\*.safetensors"),
     (lambda folder: os.utime(folder / "README.md", (0, 0)), "README.md is older than model.safetensors"),
     (lambda folder: (folder / "README.md").write_text("# a card\n"), "README.md does not start with YAML front matter"),

@@ -32,7 +32,7 @@ SHIPPED_LATER = {"glyph-embedder-v2", "geolip-clip-ctx576"}
 def shipped(folder):
     """`folder` as a test parameter: expected to fail while it is not shipped yet."""
     if folder in SHIPPED_LATER:
-        return pytest.param(folder, marks=pytest.mark.xfail(strict=True, reason="not shipped yet (issue 22's next stop)"))
+        return pytest.param(folder, marks=pytest.mark.xfail(strict=True, reason="not shipped yet (issue 22)"))
     return folder
 
 

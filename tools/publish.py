@@ -157,7 +157,8 @@ def vendoring_problems(folder):
 
 
 def missing_weights(folder, files):
-    return [f"no {pattern} (`make demo` builds it, `make release` ships it into the folder)" for pattern in registry.BY_FOLDER[folder.name].weights
+    return [f"no {pattern} (`make demo` builds it, `make release` ships it into the folder)"
+            for pattern in registry.BY_FOLDER[folder.name].weights
             if not any(fnmatch.fnmatchcase(name, pattern) for name in files)]
 
 
@@ -260,7 +261,8 @@ def upload(api, repo, files, config, message):
     commit = api.create_commit(repo, operations, commit_message=message)
     return {"repo_id": repo, "url": str(url), "commit_url": commit.commit_url, "commit_oid": commit.oid,
             "deleted": deleted,
-            "files": {name: {"bytes": path.stat().st_size, "sha256": runs.file_sha256(path)} for name, path in files.items()}}
+            "files": {name: {"bytes": path.stat().st_size, "sha256": runs.file_sha256(path)}
+                      for name, path in files.items()}}
 
 
 def main(argv=None):

@@ -41,9 +41,8 @@ class Pipeline:
 
     def weights_files(self, folder):
         """The files of a built or shipped folder that `weights` match: its binaries, as relative paths ("/")."""
-        return sorted(path.relative_to(folder).as_posix() for path in Path(folder).rglob("*")
-                      if path.is_file() and any(fnmatch.fnmatch(path.relative_to(folder).as_posix(), pattern)
-                                                for pattern in self.weights))
+        names = (path.relative_to(folder).as_posix() for path in Path(folder).rglob("*") if path.is_file())
+        return sorted(name for name in names if any(fnmatch.fnmatch(name, pattern) for pattern in self.weights))
 
     def weights_sha256(self, folder):
         """{relative path: sha256 of its bytes} of a folder's binaries: what an export records of the files it built
@@ -55,7 +54,7 @@ class Pipeline:
         folder, removing what was there: the folder an export then fills."""
         source = Path(source or self.path)
         if not source.is_dir():
-            raise SystemExit(f"{source} is not a folder: a build starts from a copy of a {self.folder} folder's own files")
+            raise SystemExit(f"{source} is not a folder: a build starts from a {self.folder} folder's own files")
         if Path(to).resolve() in (self.path, source.resolve()):
             raise SystemExit(f"{to} is a Hub folder: exports build beside it, `make release` copies a build in")
         if Path(to).exists():
