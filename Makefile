@@ -6,7 +6,7 @@ STAMP := $(VENV)/.installed
 DATA_DIR ?= ../shared/data
 
 .DEFAULT_GOAL := help
-.PHONY: help setup demo release cards test test-fast vendor check-vendor bench publish
+.PHONY: help setup demo release cards onnx test test-fast vendor check-vendor bench publish
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-13s %s\n", $$1, $$2}'
@@ -29,6 +29,10 @@ release: setup ## copy a demo build into the Hub folders with its records (BUDGE
 
 cards: setup ## regenerate every model card (README.md) from its release's run records (records/<folder>/)
 	$(PY) -m tools.cards
+
+onnx: setup ## ONNX graphs (float32 and int8) of the shipped captionbert and glyph folders into <folder>/onnx/, checked against PyTorch (minutes; not in git)
+	$(PY) -m tools.captionbert.export_onnx
+	$(PY) -m tools.glyph.export_onnx
 
 test: setup ## run the test suite
 	HF_HUB_OFFLINE=1 $(PY) -m pytest

@@ -17,7 +17,10 @@ import contextlib
 import contextvars
 import hashlib
 import json
+import os
 import re
+import shutil
+import warnings
 from pathlib import Path
 from typing import NamedTuple
 
@@ -183,6 +186,29 @@ class BlockDispatch(nn.Module):
         return sinh_cosh_mix(F.normalize(keys, dim=-1)[:, None], routing_mix)[:, 0]
 
 
+
+def arm_step(output, projection, dispatch, routing_mix, arms, columns):
+    """What the enabled arms add at one block, from its derived weights (AmoeLayer.derived_weights): the layer's
+    output (N, D) plus sum_k (w_k / z) delta_k. One matmul gives the dispatch's keys (N, 64) and every enabled arm's
+    slots (N, A' S); of the BlockDispatch's w / z (N, A) the `columns` of the enabled arms are kept."""
+    projected = output @ projection  # (N, 64 + A' S)
+    weights = dispatch(projected[:, :KEY_WIDTH], routing_mix)[:, columns]  # (N, A') w_k / z, z over the roster
+    return add_arms(output, projected[:, KEY_WIDTH:], weights, arms)
+
+
+def compiled_arm_step():
+    """arm_step through torch.compile (Inductor's C++ backend, dynamic token counts), so that the arms' many small
+    ops fuse into a few loops; compiled on its first call per roster, shared by every model in the process. None,
+    with a warning that says why, where no C++ compiler is found: the arms then run eagerly."""
+    compiler = next((shutil.which(name) for name in (os.environ.get("CXX"), "g++", "c++", "clang++")
+                     if name and shutil.which(name)), None)
+    if compiler is None:
+        warnings.warn("compile=True needs a C++ compiler for torch.compile's CPU backend (g++ or clang++ on PATH, or "
+                      "$CXX) and none was found: the arms run eagerly, at eager speed", stacklevel=3)
+        return None
+    return torch.compile(arm_step, dynamic=True)
+
+
 ARM_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]*")  # an arm's name is its file's stem under amoe/arms/
 
 
@@ -242,9 +268,10 @@ class AmoeLayer(nn.Module):
     """A trunk layer wrapped with the arms' sites at its index. `switch` (an ArmSwitch shared by every wrapped layer
     of one model) names the arms that contribute; with none enabled the base layer's output is returned as is."""
 
-    def __init__(self, base_layer, index, arms, dispatch, switch):
+    def __init__(self, base_layer, index, arms, dispatch, switch, step=arm_step):
         super().__init__()
         self.base_layer = base_layer
+        self.step = step  # arm_step, or compiled_arm_step()'s compiled version of it
         self.index = index
         self.sites = nn.ModuleDict({name: arms[name].blocks[index] for name in dispatch.roster})
         self.dispatch = dispatch.blocks[index]
@@ -258,9 +285,7 @@ class AmoeLayer(nn.Module):
         if not enabled:
             return output
         columns, projection, routing_mix, arms = self.derived_weights(enabled)
-        projected = output @ projection  # (N, 64 + A' S): dispatch keys and every enabled arm's slots
-        weights = self.dispatch(projected[:, :KEY_WIDTH], routing_mix)[:, columns]  # (N, A') w_k / z, z over roster
-        return add_arms(output, projected[:, KEY_WIDTH:], weights, arms)
+        return self.step(output, projection, self.dispatch, routing_mix, arms, columns)
 
     def derived_weights(self, enabled):
         """(the `enabled` arms' roster columns, [K; their sites' slot_weight]^T, the dispatch's routing_mix, their
@@ -298,16 +323,16 @@ class AmoeLayer(nn.Module):
         return columns, projection, self.dispatch.routing_mix(), arms
 
 
-def wrap_layers(layers, arms, dispatch, switch):
+def wrap_layers(layers, arms, dispatch, switch, step=arm_step):
     """Replace each entry of the ModuleList `layers` by an AmoeLayer around it, in place; `switch` (an ArmSwitch of
-    the dispatch's roster) says which arms contribute."""
+    the dispatch's roster) says which arms contribute, `step` computes them (arm_step or its compiled version)."""
     missing = [name for name in dispatch.roster if name not in arms]
     if missing:
         raise KeyError(f"no arm loaded for roster entries {missing}")
     for index in range(len(layers)):
         if isinstance(layers[index], AmoeLayer):
             raise ValueError("these layers already carry arms; detach first")
-        layers[index] = AmoeLayer(layers[index], index, arms, dispatch, switch)
+        layers[index] = AmoeLayer(layers[index], index, arms, dispatch, switch, step)
 
 
 def unwrap_layers(layers):

@@ -40,12 +40,14 @@ class TokenLayout:
     """Where the real tokens of a padded (B, T) batch sit once packed into (N, ...) rows.
 
     Built once per forward from the attention mask (nonzero = real token, any padding side). Without padding,
-    packing is a reshape and `key_padding_mask` is None, which lets SDPA use its fused kernel.
+    packing is a reshape and `key_padding_mask` is None, which lets SDPA use its fused kernel. While torch.export
+    traces (the ONNX export), that test on the mask's values would fix one branch into the graph, so the traced
+    graph always packs through the mask: the same maths for a batch with no padding.
     """
 
     def __init__(self, attention_mask):  # (B, T)
         self.batch, self.seq_len = attention_mask.shape
-        if bool(attention_mask.all()):
+        if not torch.compiler.is_exporting() and bool(attention_mask.all()):
             self.key_padding_mask, self.indices = None, None
         else:
             self.key_padding_mask = attention_mask.bool()  # (B, T)

@@ -33,7 +33,7 @@ class AttachedArms:
 class AmoeMixin:
     _amoe = None  # AttachedArms while arms are attached
 
-    def attach_amoe(self, names=None, path=None, force=False, arms=None, dispatch=None):
+    def attach_amoe(self, names=None, path=None, force=False, arms=None, dispatch=None, compiled=False):
         """Attach an AMOE collective: its arms after every block, mixed by its dispatch, every arm enabled.
 
         From files (the default): path is an amoe/ folder; None = amoe/ in this model's own folder or Hub repo. It
@@ -41,9 +41,12 @@ class AmoeMixin:
         <path>/arms/. names: None takes the roster and its order from the dispatch; a list must name the same arms in
         the same order. force: attach arms trained on another trunk.
         From memory (training): arms = {name: Arm} and their dispatch, used as they are (they keep training).
+        compiled: run the arms through torch.compile (amoe.compiled_arm_step: their small ops fused by Inductor's C++
+        backend; the first forward pass of each roster compiles for a minute or so; with no C++ compiler it warns and
+        runs them eagerly). The trunk's layers stay eager, so with every arm off it is still the bare trunk bit for bit.
         Checks the toggle law (every arm off == the bare trunk) and raises on mismatch.
         """
-        from .amoe import ArmSwitch, wrap_layers
+        from .amoe import ArmSwitch, arm_step, compiled_arm_step, wrap_layers
 
         if self._amoe is not None:
             raise RuntimeError("arms are attached already; detach_amoe() first")
@@ -58,7 +61,7 @@ class AmoeMixin:
         for module in (*arms.values(), dispatch):  # files hold float32; run in the trunk's dtype and device
             module.to(device=self.device, dtype=self.dtype)
         fingerprint, switch = self._amoe_fingerprint(), ArmSwitch(dispatch.roster)
-        wrap_layers(self.encoder.layers, arms, dispatch, switch)
+        wrap_layers(self.encoder.layers, arms, dispatch, switch, (compiled and compiled_arm_step()) or arm_step)
         self._amoe = AttachedArms(arms, dispatch, switch, fingerprint, identity)
         with self.amoe_off():
             if not torch.equal(self._amoe_fingerprint(), fingerprint):

@@ -16,8 +16,8 @@ import pytest  # noqa: E402
 import torch  # noqa: E402
 from transformers import AutoModel  # noqa: E402
 
-from helpers import (DATA_DIR, TINY_CAPTIONBERT, build_from_folder, captionbert_copy, tiny_teacher,  # noqa: E402
-                     trained_like)
+from helpers import (DATA_DIR, TINY_CAPTIONBERT, build_from_folder, captionbert_copy, tiny_glyph,  # noqa: E402
+                     tiny_teacher, trained_like)
 from shared_modeling.amoe import Arm, Dispatch, save_arm, save_dispatch  # noqa: E402
 from shared_modeling.identity import trunk_hash  # noqa: E402
 
@@ -36,6 +36,12 @@ def data_dir():
     if not (DATA_DIR / "sts").is_dir():
         pytest.fail(f"shared data not found at {DATA_DIR}: put ../shared beside the clone or set BUNDLE_DATA_DIR")
     return DATA_DIR
+
+
+@pytest.fixture(scope="session")
+def tiny_roberta(tmp_path_factory):
+    """(folder, texts): helpers.tiny_glyph, a tiny random glyph RobertaModel and the texts its tokenizer learnt."""
+    return tiny_glyph(tmp_path_factory.mktemp("glyph") / "glyph-tiny")
 
 
 @pytest.fixture(scope="session")
@@ -58,11 +64,9 @@ def caption_sample(data_dir):
     return path
 
 
-@pytest.fixture()
-def model_with_arms(tmp_path):
+def captionbert_with_arms(folder):
     """(folder, model): a saved tiny captionbert (hidden 64) whose amoe/ ships a two-arm collective."""
-    folder = captionbert_copy(tmp_path / "captionbert", **{**TINY_CAPTIONBERT, "hidden_size": 64,
-                                                           "intermediate_size": 128})
+    folder = captionbert_copy(folder, **{**TINY_CAPTIONBERT, "hidden_size": 64, "intermediate_size": 128})
     build_from_folder(folder).save_pretrained(folder)
     model = AutoModel.from_pretrained(folder, trust_remote_code=True).eval()
     trunk = trunk_hash(model)
@@ -72,3 +76,15 @@ def model_with_arms(tmp_path):
     save_dispatch(folder / "amoe" / "collective" / "dispatch.safetensors", Dispatch(["paraphrase", "equiv"], 64, 2),
                   trunk)
     return folder, model
+
+
+@pytest.fixture()
+def model_with_arms(tmp_path):
+    """captionbert_with_arms, one per test."""
+    return captionbert_with_arms(tmp_path / "captionbert")
+
+
+@pytest.fixture(scope="module")
+def module_model_with_arms(tmp_path_factory):
+    """captionbert_with_arms, one per test module (for tests that only read it)."""
+    return captionbert_with_arms(tmp_path_factory.mktemp("arms") / "captionbert")

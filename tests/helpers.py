@@ -4,6 +4,7 @@ anything here imports transformers."""
 
 import json
 import os
+import random
 import shutil
 import signal
 import subprocess
@@ -112,3 +113,47 @@ def trained_like(arm):
         for site in arm.blocks:
             site.head_out.weight.normal_(std=0.5)
     return arm
+
+
+# ---- a tiny glyph model (tests/glyph) ----------------------------------------------------------------------------
+
+N_POSITIONS = 64  # tokens the tiny glyph model takes (max_position_embeddings = N_POSITIONS + pad_token_id + 1)
+TINY_ROBERTA = {"hidden_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4, "intermediate_size": 128,
+                "max_position_embeddings": N_POSITIONS + 2, "type_vocab_size": 1, "layer_norm_eps": 1e-5,
+                "initializer_range": 0.2}  # wide init: attention far from uniform, so a head or layout slip shows
+TRAIN_OPERATORS = list("→←⇒⇐↔∧∨≠⊃⊂≥≤∈⊕⊖¬↑↓⊥∀∃")
+UNSEEN_OPERATORS = list("↛≡∉∵∴⊢⊣")  # on the glyph list, kept out of the training texts
+WORDS = ["retrieval", "layer", "compression", "attribution", "edges", "memory", "query", "key", "value", "gate",
+         "router", "token", "span", "graph", "node", "loss", "grad", "norm", "head", "cache"]
+
+
+def glyph_texts(n, seed=0):
+    """n random glyph strings over WORDS and TRAIN_OPERATORS (a tiny tokenizer's training texts)."""
+    rng = random.Random(seed)
+
+    def term():
+        number = rng.choice(["", "", "", f"_{rng.randint(0, 99)}", f" {rng.randint(0, 99999)}"])
+        return "_".join(rng.sample(WORDS, rng.randint(1, 3))) + number + rng.choice(["", "", "↑", "↓"])
+
+    texts = []
+    for _ in range(n):
+        parts = [term()]
+        for _ in range(rng.randint(1, 3)):
+            parts += [rng.choice(TRAIN_OPERATORS), term()]
+        sep = rng.choice([" ", "", " "])
+        texts.append(("¬" if rng.random() < 0.2 else "") + sep.join(parts))
+    return texts
+
+
+def tiny_glyph(folder):
+    """(folder, texts): a saved random RobertaModel with a glyph tokenizer trained on `texts`."""
+    from transformers import RobertaConfig, RobertaModel
+
+    from tools.glyph.tokenizer import train_tokenizer
+
+    texts = glyph_texts(400)
+    tokenizer = train_tokenizer(texts, vocab_size=400, max_length=N_POSITIONS)
+    torch.manual_seed(0)
+    RobertaModel(RobertaConfig(vocab_size=len(tokenizer), **TINY_ROBERTA)).eval().save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    return Path(folder), texts

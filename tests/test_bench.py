@@ -27,8 +27,10 @@ def test_bench_tiny_run_writes_finite_positive_ratios(tmp_path, data_dir):
     dtypes = ["fp32", "bf16"] if training.bf16_native("cpu") else ["fp32"]  # bf16 only where it is not emulated
     assert report["dtypes"] == dtypes and (report["bf16_left_out"] is None) == ("bf16" in dtypes)
     # (1)-(2): 3 per dtype, (3)-(5b): 7; (6): per dtype each size and all off; the floor; off == bare. (8): base
-    # calls, then 5 text lengths
-    assert len(rows) == 3 * len(dtypes) + 7 + len(dtypes) * (len(arms) + 1) + 2 + 1 + 5
+    # calls, then 5 text lengths. (9): ONNX fp32, int8 (and bf16) vs eager fp32; arms on vs off per eager dtype, in
+    # ONNX fp32 and int8 and compiled; int8's lowest cosine
+    assert len(rows) == 3 * len(dtypes) + 7 + len(dtypes) * (len(arms) + 1) + 2 + 1 + 5 + (
+        len(dtypes) + 1 + len(dtypes) + 3 + 1)
     assert report["geolip"]["texts"] == 4 and report["geolip"]["segments"] > 4
     for row in rows:
         for key in ("ours", "reference", "ratio"):
@@ -45,6 +47,10 @@ def test_bench_tiny_run_writes_finite_positive_ratios(tmp_path, data_dir):
     assert report["amoe"] == {"shipped_arms": shipped, "arms": arms, "off_equals_bare": True,
                               "on_differs_from_bare": True}
     assert set(report["seconds"]["glyph"]) == {"pytorch fp32", "gguf f32", "gguf f16"}
+    assert report["backends"]["arms"] == arms[0] and set(report["seconds"]["backends"]) == {
+        *(f"eager {dtype} {kind}" for dtype in dtypes for kind in ("bare", "arms")),
+        *(f"onnx {precision} {kind}" for precision in ("fp32", "int8") for kind in ("bare", "arms")),
+        "compiled fp32 arms"}
 
 
 def test_arm_flop_count_matches_the_counted_matmuls_of_one_arm():

@@ -40,6 +40,13 @@ captions, tokenized by captionbert's tokenizer. One run measures:
      frozen base in ONE batched call (GeolipModel.segments) vs one base call per segment. Target >= 3x.
      (b) encode latency of the sample cut to 18 .. 452 tokens (1 .. 32 segments), against one segment. Reported.
 
+  9. Inference backends, on the same length-sorted padded batches of the caption sample: captionbert's forward
+     through PyTorch eager fp32 (and bf16 where measured), ONNX fp32 and ONNX int8 (tools/onnx_graphs.py: graphs
+     exported from the benchmark's own models, dynamic int8 weights; onnxruntime on every core), and with the arms
+     compiled (attach_amoe(compiled=True): torch.compile, Inductor's C++ backend), each with a random collective of
+     the shipped size on and off. Targets: ONNX fp32 >= 1.3x and int8 >= 2x PyTorch eager fp32 throughput; compiled
+     arms <= 1.15x the bare trunk's latency. Also reported: the int8 graph's lowest cosine to PyTorch fp32.
+
 The table and report.json (with the raw timings) go to runs/bench/<timestamp>/ beside config.json and run.json.
 main builds what the measurements share once (build_setup), then runs one function per measurement family in the
 order above, each returning its table rows and its part of the report, and writes the report.
@@ -78,7 +85,7 @@ from shared_modeling.amoe import (ATOMS, GROUP_WIDTH, HEAD_WIDTH, KEY_WIDTH, SLO
 from shared_modeling.identity import trunk_hash
 from shared_modeling.pooling import l2_normalize, masked_mean_pool
 from shared_modeling.segments import segment_spans
-from tools import corpus, encoders, registry, runs, training
+from tools import corpus, encoders, onnx_graphs, registry, runs, training
 from tools.captionbert import data as captionbert_data
 from tools.glyph import data as glyph_data
 from tools.glyph import gguf
@@ -469,14 +476,15 @@ def training_steps(config, setup, mix_ids):
     return rows, {"seconds": {"training": train}}
 
 
-def with_random_collectives(trunk, sizes, seed):
-    """{arm count: a copy of `trunk` with a random collective of that many arms attached}, for each of `sizes`."""
+def with_random_collectives(trunk, sizes, seed, compiled=False):
+    """{arm count: a copy of `trunk` with a random collective of that many arms attached (compiled: through
+    torch.compile)}, for each of `sizes`."""
     attached = {}
     for arms in sizes:
         attached[arms] = copy.deepcopy(trunk)
         with tempfile.TemporaryDirectory() as folder:
             write_random_collective(Path(folder), attached[arms], arms, seed)
-            attached[arms].attach_amoe(path=folder)
+            attached[arms].attach_amoe(path=folder, compiled=compiled)
     return attached
 
 
@@ -529,6 +537,61 @@ def amoe_arms(config, setup):
     rows.append(row("(6) fp32 embeddings, every arm off vs bare trunk: equal", "bool", equal, 1.0, equal,
                     (">=", 1.0)))
     return rows, {"amoe": amoe, "seconds": seconds}
+
+
+def inference_backends(config, setup):
+    """(9): (rows, report part). captionbert's forward over the whole sample on the same length-sorted padded batches
+    (tools/encoders.padded_batches), the bare trunk and the trunk with a random collective of the shipped size, through
+    each backend: PyTorch eager fp32 (and bf16 where measured), ONNX fp32 and int8 (graphs exported from these very
+    models by tools/onnx_graphs.py, run by onnxruntime on every core), and the arms through torch.compile
+    (attach_amoe(compiled=True); its bare trunk is the eager one, as the trunk is not compiled). The rows: each
+    backend's bare throughput vs PyTorch eager fp32 (targets: ONNX fp32 >= 1.3x, int8 >= 2x) and, in each backend,
+    the arms' latency vs its own bare trunk (target for the compiled arms: <= 1.15x); the int8 graph's lowest cosine
+    to PyTorch fp32 on the sample. The part: the seconds under seconds/backends, the cosines under backends."""
+    arms = shipped_arm_count() or config.arms
+    bare = copy.deepcopy(setup.captionbert).eval()
+    models = {"bare": bare, "arms": with_random_collectives(bare, [arms], config.seed)[arms],
+              "compiled arms": with_random_collectives(bare, [arms], config.seed, compiled=True)[arms]}
+    batches = encoders.padded_batches(setup.tokenizer, setup.texts, bare.usable_length, config.batch_size)
+
+    def torch_forward(model, dtype):
+        return in_dtype(lambda: [model(ids, mask) for _, ids, mask in batches], dtype)
+
+    def onnx_forward(graph):
+        return lambda: [onnx_graphs.run(graph, ids, mask) for _, ids, mask in batches]
+
+    contenders, sessions = {}, {}
+    for dtype in setup.dtypes:
+        contenders.update({f"eager {dtype} {kind}": torch_forward(models[kind], dtype) for kind in ("bare", "arms")})
+    with tempfile.TemporaryDirectory() as folder:
+        example = (batches[0][1][:2], batches[0][2][:2])
+        for kind in ("bare", "arms"):
+            path = Path(folder) / f"{kind}.onnx"
+            onnx_graphs.export(onnx_graphs.PooledOutput(models[kind]), example, path, [onnx_graphs.SENTENCE_OUTPUT],
+                               bare.usable_length)
+            onnx_graphs.quantize(path, Path(folder) / onnx_graphs.int8_name(path.name))
+            for precision, file in (("fp32", path.name), ("int8", onnx_graphs.int8_name(path.name))):
+                sessions[f"onnx {precision} {kind}"] = onnx_graphs.session(Path(folder) / file, os.cpu_count())
+    contenders.update({name: onnx_forward(graph) for name, graph in sessions.items()})
+    contenders["compiled fp32 arms"] = torch_forward(models["compiled arms"], "fp32")
+    latency = race(contenders, config.repeats, "backends")
+    median = {name: statistics.median(times) for name, times in latency.items()}
+    reference = median["eager fp32 bare"]
+    rows = [row(f"(9) forward: {name.removesuffix(' bare')} vs PyTorch eager fp32 (throughput)", "s", median[name],
+                reference, reference / median[name], target)
+            for name, target in (("onnx fp32 bare", (">=", 1.3)), ("onnx int8 bare", (">=", 2.0)),
+                                 *((("eager bf16 bare", None),) if "bf16" in setup.dtypes else ()))]
+    for backend in (*(f"eager {dtype}" for dtype in setup.dtypes), "onnx fp32", "onnx int8", "compiled fp32"):
+        on, off = median[f"{backend} arms"], median[f"{backend.replace('compiled', 'eager')} bare"]
+        rows.append(row(f"(9) {backend}: {arms} arm(s) on vs bare trunk (latency)", "s", on, off, on / off,
+                        ("<=", 1.15) if backend == "compiled fp32" else None))
+    with torch.inference_mode():
+        cosines = {kind: min(float((onnx_graphs.run(sessions[f"onnx int8 {kind}"], ids, mask)
+                                    * models[kind](ids, mask).pooler_output.numpy()).sum(1).min())
+                             for _, ids, mask in batches) for kind in ("bare", "arms")}
+    rows.append(row("(9) ONNX int8 vs PyTorch fp32: lowest cosine on the sample (bare trunk)", "cosine",
+                    cosines["bare"], 1.0, cosines["bare"]))
+    return rows, {"backends": {"arms": arms, "int8_min_cosine": cosines}, "seconds": {"backends": latency}}
 
 
 def glyph_embeddings(config):
@@ -618,7 +681,7 @@ def format_table(report):
 
 
 def main(argv=None):
-    """Runs the measurements (1) .. (8) in order on one shared setup, prints the table and writes report.json and
+    """Runs the measurements (1) .. (9) in order on one shared setup, prints the table and writes report.json and
     table.txt beside the run record; returns 0."""
     config = parse_config(argv)
     torch.set_num_threads(os.cpu_count())
@@ -628,7 +691,8 @@ def main(argv=None):
         results = [throughput(config, setup), long_input_memory(config)]
         mix, mix_ids = corpus_sample(config, setup.tokenizer)
         results += [extraction(config, setup, mix, mix_ids), training_steps(config, setup, mix_ids),
-                    amoe_arms(config, setup), glyph_embeddings(config), geolip_segments(config)]
+                    amoe_arms(config, setup), glyph_embeddings(config), geolip_segments(config),
+                    inference_backends(config, setup)]
         rows = []
         for family_rows, part in results:
             rows += family_rows

@@ -11,8 +11,10 @@ The kinds a user can point at (`load(spec)` tells them apart):
     <folder with modules.json>      a sentence-transformers folder (its own pooling and max_seq_length)
     <other HF folder>               a plain transformers encoder, masked-mean-pooled
     <owner/name>                    a Hub repo id, resolved to its snapshot folder (the local cache when offline)
-    <file.onnx>                     an ONNX encoder emitting token states, masked-mean-pooled; it needs a tokenizer
-                                    folder and the name of its token-state output
+    <file.onnx>                     an ONNX encoder: its `sentence_embedding` output (B, E) as it is, or token
+                                    states (B, T, D) masked-mean-pooled; it needs a tokenizer folder and the output's
+                                    name, which default to the Hub folder and `sentence_embedding` for a graph in a
+                                    Hub folder's onnx/ (tools/onnx_graphs.py writes them there)
 Every kind sorts texts by length before batching and restores the input order. Each encoder names its `kind`, its
 `pooling` and its `source` (the folder or file its weights come from).
 """
@@ -27,7 +29,7 @@ import torch
 from tqdm.auto import tqdm
 
 from shared_modeling.pooling import l2_normalize, masked_mean_pool
-from tools import runs, teachers
+from tools import onnx_graphs, runs, teachers
 
 
 @dataclass
@@ -38,10 +40,22 @@ class EncodeOptions:
     device: str | torch.device = "cpu"  # where torch encoders run (ONNX runs on the CPU)
 
 
-def _length_sorted_batches(token_lengths, batch_size):
+def length_sorted_batches(token_lengths, batch_size):
     """Index batches over texts sorted longest first."""
     order = np.argsort(-np.asarray(token_lengths), kind="stable")
     return [order[i:i + batch_size] for i in range(0, len(order), batch_size)]
+
+
+def padded_batches(tokenizer, texts, max_length, batch_size):
+    """[(rows, input_ids, attention_mask)]: `texts` tokenized (truncated to max_length tokens, special tokens
+    included), sorted by token count (longest first) and padded batch by batch to each batch's longest; rows are
+    the batch's indices into texts."""
+    token_ids = tokenizer(list(texts), truncation=True, max_length=max_length)["input_ids"]
+    batches = []
+    for rows in length_sorted_batches([len(row) for row in token_ids], batch_size):
+        padded = tokenizer.pad({"input_ids": [token_ids[i] for i in rows]}, return_tensors="pt")
+        batches.append((rows, padded["input_ids"], padded["attention_mask"]))
+    return batches
 
 
 class SentenceTransformerEncoder:
@@ -131,16 +145,17 @@ class _TokenStateEncoder:
         texts = list(texts)
         if not texts:
             raise ValueError("nothing to encode: texts is empty")
-        ids = self.tokenizer(texts, truncation=True, max_length=self.max_length)["input_ids"]
-        batches = _length_sorted_batches([len(x) for x in ids], self.options.batch_size)
-        pooled = []
-        for rows in tqdm(batches, desc=self.kind, disable=not self.options.show_progress):
-            batch = self.tokenizer.pad({"input_ids": [ids[i] for i in rows]}, return_tensors="pt")
-            states = self.token_states(batch["input_ids"], batch["attention_mask"])  # (B, T, D)
-            pooled.append(l2_normalize(masked_mean_pool(states.float(), batch["attention_mask"])).numpy())
+        batches = padded_batches(self.tokenizer, texts, self.max_length, self.options.batch_size)
+        pooled = [l2_normalize(self.embed(input_ids, attention_mask).float()).numpy()
+                  for _, input_ids, attention_mask in tqdm(batches, desc=self.kind,
+                                                           disable=not self.options.show_progress)]
         out = np.empty((len(texts), pooled[0].shape[1]), dtype=np.float32)
-        out[np.concatenate(batches)] = np.concatenate(pooled)  # back to the input order
+        out[np.concatenate([rows for rows, _, _ in batches])] = np.concatenate(pooled)  # back to the input order
         return out
+
+    def embed(self, input_ids, attention_mask):
+        """(B, E) sentence embeddings of a padded batch: the masked mean of token_states (B, T, D)."""
+        return masked_mean_pool(self.token_states(input_ids, attention_mask).float(), attention_mask)
 
 
 class HFEncoder(_TokenStateEncoder):
@@ -164,21 +179,24 @@ class OnnxEncoder(_TokenStateEncoder):
     kind = "onnx"
 
     def __init__(self, path, tokenizer_folder, output_name, options):
-        import onnxruntime
         from transformers import AutoTokenizer
 
         super().__init__(AutoTokenizer.from_pretrained(str(tokenizer_folder)), options)
+        self.max_length = min(options.max_length, self.tokenizer.model_max_length)  # a graph has no more positions
         self.source = Path(path)
-        self.session = onnxruntime.InferenceSession(str(path), providers=["CPUExecutionProvider"])
-        outputs = [o.name for o in self.session.get_outputs()]
+        self.session = onnx_graphs.session(path)
+        outputs = {output.name: output for output in self.session.get_outputs()}
         if output_name not in outputs:
-            raise ValueError(f"{path} has no output {output_name!r}; its outputs are {outputs}")
+            raise ValueError(f"{path} has no output {output_name!r}; its outputs are {list(outputs)}")
         self.output_name = output_name
+        self.pooled = len(outputs[output_name].shape) == 2  # (B, E): a sentence embedding already
+        if self.pooled:
+            self.pooling = f"the graph's own {output_name}, L2-normalised"
 
-    def token_states(self, input_ids, attention_mask):
-        feed = {"input_ids": input_ids.numpy().astype(np.int64),
-                "attention_mask": attention_mask.numpy().astype(np.int64)}
-        return torch.from_numpy(self.session.run([self.output_name], feed)[0])
+    def embed(self, input_ids, attention_mask):
+        """The graph's sentence embedding as it is, or its token states pooled."""
+        output = torch.from_numpy(onnx_graphs.run(self.session, input_ids, attention_mask, self.output_name))
+        return output if self.pooled else masked_mean_pool(output, attention_mask)
 
 
 WEIGHT_SUFFIXES = (".safetensors", ".bin", ".onnx", ".pt", ".pth", ".h5", ".msgpack")
@@ -232,8 +250,12 @@ def load(spec, options=None, onnx_tokenizer=None, onnx_output=None):
     if path.suffix == ".onnx":
         if not path.is_file():
             raise FileNotFoundError(f"ONNX file {path} not found")
+        if path.parent.name == "onnx" and (path.parent.parent / "tokenizer.json").exists():  # in a Hub folder
+            onnx_tokenizer = onnx_tokenizer or path.parent.parent
+            onnx_output = onnx_output or onnx_graphs.SENTENCE_OUTPUT
         if onnx_tokenizer is None or onnx_output is None:
-            raise ValueError("an ONNX encoder needs --onnx-tokenizer (a tokenizer folder) and --onnx-output")
+            raise ValueError("an ONNX encoder outside a Hub folder's onnx/ needs --onnx-tokenizer (a tokenizer folder) "
+                             "and --onnx-output")
         return path.stem, OnnxEncoder(path, onnx_tokenizer, onnx_output, options)
     if not path.is_dir():
         raise FileNotFoundError(f"{spec!r} is neither teacher:<name>, an existing folder or ONNX file, nor a repo id")

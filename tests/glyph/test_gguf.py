@@ -2,7 +2,6 @@
 (llama-cpp-python), must tokenise token for token like the HF tokenizer and embed like the PyTorch mean pooling."""
 
 import json
-import random
 import re
 import shutil
 
@@ -15,19 +14,11 @@ llama_cpp = pytest.importorskip(
 import gguf
 import torch
 from safetensors.torch import load_file, save_file
-from transformers import AutoTokenizer, BertConfig, BertModel, RobertaConfig, RobertaModel
+from transformers import AutoTokenizer, BertConfig, BertModel, RobertaModel
 
+from helpers import N_POSITIONS, UNSEEN_OPERATORS
 from tools.glyph import gguf as glyph_gguf
-from tools.glyph.tokenizer import train_tokenizer
 
-N_POSITIONS = 64  # tokens the tiny model takes (max_position_embeddings = N_POSITIONS + pad_token_id + 1)
-TINY = {"hidden_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4, "intermediate_size": 128,
-        "max_position_embeddings": N_POSITIONS + 2, "type_vocab_size": 1, "layer_norm_eps": 1e-5,
-        "initializer_range": 0.2}  # wide init: attention far from uniform, so a head or layout slip shows
-TRAIN_OPERATORS = list("→←⇒⇐↔∧∨≠⊃⊂≥≤∈⊕⊖¬↑↓⊥∀∃")
-UNSEEN_OPERATORS = list("↛≡∉∵∴⊢⊣")  # on the glyph list, kept out of the training texts
-WORDS = ["retrieval", "layer", "compression", "attribution", "edges", "memory", "query", "key", "value", "gate",
-         "router", "token", "span", "graph", "node", "loss", "grad", "norm", "head", "cache"]
 HELD_OUT = [
     "retrieval_layer⊕compression ⇒ ¬attribution_edges↑",
     "cache_gate ∵ loss↓ ∴ grad_norm ≡ stable",
@@ -45,35 +36,6 @@ HELD_OUT = [
 ]
 COSINE = {"f32": 0.9999, "f16": 0.9999}  # llama.cpp vs PyTorch, per string (measured 1 - cos < 1e-6)
 SAME = 1 - 1e-5  # batch vs one at a time, both through llama.cpp
-
-
-def glyph_texts(n, seed=0):
-    rng = random.Random(seed)
-
-    def term():
-        number = rng.choice(["", "", "", f"_{rng.randint(0, 99)}", f" {rng.randint(0, 99999)}"])
-        return "_".join(rng.sample(WORDS, rng.randint(1, 3))) + number + rng.choice(["", "", "↑", "↓"])
-
-    texts = []
-    for _ in range(n):
-        parts = [term()]
-        for _ in range(rng.randint(1, 3)):
-            parts += [rng.choice(TRAIN_OPERATORS), term()]
-        sep = rng.choice([" ", "", " "])
-        texts.append(("¬" if rng.random() < 0.2 else "") + sep.join(parts))
-    return texts
-
-
-@pytest.fixture(scope="module")
-def tiny_roberta(tmp_path_factory):
-    """(folder, texts): a saved random RobertaModel with a glyph tokenizer trained on `texts`."""
-    texts = glyph_texts(400)
-    folder = tmp_path_factory.mktemp("gguf") / "glyph-tiny"
-    tokenizer = train_tokenizer(texts, vocab_size=400, max_length=N_POSITIONS)
-    torch.manual_seed(0)
-    RobertaModel(RobertaConfig(vocab_size=len(tokenizer), **TINY)).eval().save_pretrained(folder)
-    tokenizer.save_pretrained(folder)
-    return folder, texts
 
 
 @pytest.fixture(scope="module")

@@ -492,3 +492,32 @@ def test_amoe_off_holds_for_the_calling_thread_only(model_with_arms):
     other.join()
     assert torch.equal(seen["inside"], bare)
     model.detach_amoe()
+
+
+@pytest.mark.slow  # Inductor compiles the arms' loops with g++ (minutes on 2 cores)
+def test_compiled_arms_equal_eager_arms_and_arms_off_stays_the_bare_trunk(model_with_arms):
+    """attach_amoe(compiled=True): the same embeddings as the eager arms (float32 rounding apart) on batches of
+    several token counts (dynamic shapes: one compilation, padding included); every arm off is the bare trunk bit
+    for bit, as the trunk's layers stay eager."""
+    _, model = model_with_arms
+    generator = torch.Generator().manual_seed(0)
+    batches = [torch.randint(1000, 30000, (rows, length), generator=generator) for rows, length in ((3, 7), (5, 23))]
+    masks = [torch.ones_like(ids) for ids in batches]
+    masks[1][2, 11:] = 0
+
+    def embeddings():
+        with torch.no_grad():
+            return [embed(model)] + [model(ids, mask).pooler_output for ids, mask in zip(batches, masks)]
+
+    bare = embeddings()
+    model.attach_amoe()
+    eager = embeddings()
+    model.detach_amoe()
+    assert not torch.allclose(eager[0], bare[0], atol=1e-3)  # the arms do change the embedding
+    model.attach_amoe(compiled=True)
+    try:
+        assert all(torch.allclose(got, want, atol=1e-5) for got, want in zip(embeddings(), eager))
+        with model.amoe_off():
+            assert all(torch.equal(got, want) for got, want in zip(embeddings(), bare))
+    finally:
+        model.detach_amoe()
