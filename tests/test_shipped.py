@@ -24,19 +24,7 @@ from tools.glyph import corpus as glyph_corpus
 from tools.glyph import evaluate as glyph_evaluate
 from tools.glyph.data import write_triples
 
-# Issue 22 ships the folders one stop at a time (each stop's binaries < 200 MB); strict, so a folder that ships
-# without leaving this list fails here.
-SHIPPED_LATER = {"glyph-embedder-v2"}
-
-
-def shipped(folder):
-    """`folder` as a test parameter: expected to fail while it is not shipped yet."""
-    if folder in SHIPPED_LATER:
-        return pytest.param(folder, marks=pytest.mark.xfail(strict=True, reason="not shipped yet (issue 22)"))
-    return folder
-
-
-FOLDERS = [shipped(folder) for folder in sorted(registry.BY_FOLDER)]
+FOLDERS = sorted(registry.BY_FOLDER)
 
 
 def released_export(folder):
@@ -93,8 +81,8 @@ def test_the_shipped_captionbert_recomputes_its_sts_b_spearman(tmp_path, data_di
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("folder", [shipped("glyph-embedder-v2")])
-def test_the_shipped_glyph_recomputes_its_win_rate_on_its_held_out_triples(folder, tmp_path):
+def test_the_shipped_glyph_recomputes_its_win_rate_on_its_held_out_triples(tmp_path):
+    folder = "glyph-embedder-v2"
     root, export, _ = released_export(folder)
     names = runs.read_json(export / "config.json")
     corpus_run, evaluation = root / names["corpus"], root / names["eval"]
@@ -111,10 +99,10 @@ def test_the_shipped_glyph_recomputes_its_win_rate_on_its_held_out_triples(folde
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("folder", [shipped("geolip-clip-ctx576")])
-def test_the_shipped_geolip_recomputes_its_m_acc_on_its_held_out_gallery(folder, tmp_path, data_dir):
+def test_the_shipped_geolip_recomputes_its_m_acc_on_its_held_out_gallery(tmp_path, data_dir):
     from transformers import AutoModel
 
+    folder = "geolip-clip-ctx576"
     root, export, _ = released_export(folder)
     names = runs.read_json(export / "config.json")
     evaluation, train_run = root / names["eval"], root / names["train"]
@@ -138,7 +126,7 @@ def test_the_readme_snippets_run_on_the_shipped_folders_in_a_fresh_process():
     clone` (from the repository root, the project not importable, offline) and prints what its comment says."""
     head = (ROOT / "README.md").read_text().split("```bash")[0]
     snippets = re.findall(r"```python\n(.*?)```", head, flags=re.S)
-    assert len(snippets) == len(registry.PIPELINES) - len(SHIPPED_LATER)  # one a shipped model
+    assert len(snippets) == len(registry.PIPELINES)  # one a model
     for snippet in snippets:
         expected = re.search(r"# (.+)$", snippet.strip())[1]
         environment = {**{k: v for k, v in os.environ.items() if k != "PYTHONPATH"}, "HF_HUB_OFFLINE": "1"}
