@@ -36,6 +36,12 @@ class PooledOutput(nn.Module):
         return self.model(input_ids, attention_mask).pooler_output
 
 
+def locations(folder, out, record):
+    """(where the graphs go, the run record's folder) of an export of `folder`: `out` and `record`, or by default
+    <folder>/onnx (where sentence-transformers looks) and runs/onnx/<folder name>."""
+    return out or Path(folder) / "onnx", record or runs.ROOT / "runs" / "onnx" / Path(folder).name
+
+
 def int8_name(graph_name):
     """The file name of the int8 graph quantised from `graph_name` (model.onnx -> model_qint8_avx512_vnni.onnx)."""
     stem = Path(graph_name).stem

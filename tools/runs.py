@@ -40,6 +40,13 @@ def add_config_flags(parser, config_class, skip=()):
             parser.add_argument(flag, type=kinds[0], default=None)
 
 
+def parse_flags(parser, config_class, argv):
+    """The `config_class` of the command line `argv`: a flag per field (add_config_flags), each field's own default
+    where its flag is left out."""
+    add_config_flags(parser, config_class)
+    return config_class(**{key: value for key, value in vars(parser.parse_args(argv)).items() if value is not None})
+
+
 def parse_with_presets(parser, config_class, presets, argv, skip=(), positive=()):
     """The config of a tool with named presets: --preset (default "cpu") picks a dict of defaults from `presets`,
     and every field of `config_class` but `skip` (arguments the parser already has) gets a --flag that overrides

@@ -55,14 +55,12 @@ class SentenceGraph(nn.Module):
 
 def parse_config(argv):
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    runs.add_config_flags(parser, Config)
-    config = Config(**{key: value for key, value in vars(parser.parse_args(argv)).items() if value is not None})
+    config = runs.parse_flags(parser, Config, argv)
     if not (config.folder / "model.safetensors").is_file() or not (config.folder / "modules.json").is_file():
         raise SystemExit(f"{config.folder} holds no model.safetensors and modules.json: not a built glyph folder")
     if config.parity_strings < 3 or config.max_abs_diff <= 0:
         raise SystemExit("--parity-strings must be at least 3 and --max-abs-diff positive")
-    config.out = config.out or config.folder / "onnx"
-    config.record = config.record or runs.ROOT / "runs" / "onnx" / config.folder.name
+    config.out, config.record = onnx_graphs.locations(config.folder, config.out, config.record)
     return config
 
 
