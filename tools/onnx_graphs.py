@@ -91,7 +91,7 @@ def session(path, threads=None):
     import onnxruntime
 
     if not Path(path).is_file():
-        raise FileNotFoundError(f"ONNX graph {path} not found: export it first (python -m tools.<pipeline>.export_onnx)")
+        raise FileNotFoundError(f"ONNX graph {path} not found: export it first (make onnx)")
     options = onnxruntime.SessionOptions()
     if threads:
         options.intra_op_num_threads = threads

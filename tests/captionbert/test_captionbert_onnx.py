@@ -69,9 +69,9 @@ def test_the_cards_onnx_snippet_runs_on_an_exported_folder(exported, tmp_path):
     card = (registry.CAPTIONBERT.path / "README.md").read_text()
     snippet = next(block for block in re.findall(r"```python\n(.*?)```", card, flags=re.S) if "onnxruntime" in block)
     (tmp_path / "captionbert-8192-v2").symlink_to(folder)
-    result = subprocess.run([sys.executable, "-P", "-c", "import json\n" + snippet + "print(json.dumps(embeddings.tolist()))"],
-                            cwd=tmp_path, capture_output=True, text=True, check=False,
-                            env={**os.environ, "HF_HUB_OFFLINE": "1"})
+    program = "import json\n" + snippet + "print(json.dumps(embeddings.tolist()))"
+    result = subprocess.run([sys.executable, "-P", "-c", program], cwd=tmp_path, capture_output=True, text=True,
+                            check=False, env={**os.environ, "HF_HUB_OFFLINE": "1"})
     assert result.returncode == 0, result.stderr[-2000:]
     embeddings = np.array(json.loads(result.stdout.strip().splitlines()[-1]))
     _, graph = encoders.load(str(folder / "onnx" / "model_qint8_avx512_vnni.onnx"),

@@ -35,7 +35,7 @@ class Config:
     folder: Path = registry.GLYPH.path  # a glyph folder (the shipped one, or a build)
     out: Path | None = None  # where the graphs go; default <folder>/onnx
     record: Path | None = None  # the run folder; default runs/onnx/<folder name>
-    parity_strings: int = 300  # held-out glyph strings the graphs are checked on (a third each: anchors, paraphrases, mutations)
+    parity_strings: int = 300  # held-out strings the graphs are checked on: anchors, paraphrases, mutations
     batch_size: int = 32  # strings per padded batch in the check
     max_abs_diff: float = 1e-5  # float32 graph vs PyTorch, per embedding component
 
