@@ -1,4 +1,4 @@
-"""Export glyph-embedder-v2 to ONNX, in float32 and int8, checked against PyTorch on held-out glyph strings.
+"""Export glyph-embedder-v2 to ONNX, in float32 and int8, checked against PyTorch on generated glyph strings.
 
 Usage:
     python -m tools.glyph.export_onnx          # the shipped folder: writes glyph-embedder-v2/onnx/
@@ -11,8 +11,8 @@ folder's own pooling: masked mean, L2-normalised). The graphs are not shipped in
 card shows how to run them with onnxruntime.
 
 Checks: the float32 graph's embeddings must equal PyTorch's (float32, the same padded batches) within --max-abs-diff
-per component on --parity-strings held-out strings (anchors, paraphrases and mutations of test triples generated
-over the held-out words, tools/glyph/corpus.py); the int8 graph's cosines are recorded, not gated (its win-rate
+per component on --parity-strings glyph strings (anchors, paraphrases and mutations of triples from the corpus's
+claim generator, tools/glyph/generate.py); the int8 graph's cosines are recorded, not gated (its win-rate
 cost: python -m tools.glyph.evaluate --corpus <corpus> --out <run> --encoder glyph-embedder-v2=glyph-embedder-v2
 --encoder int8=glyph-embedder-v2/onnx/model_qint8_avx512_vnni.onnx). The run record goes to --record.
 """
@@ -27,7 +27,7 @@ from transformers import AutoModel, AutoTokenizer
 
 from shared_modeling.pooling import l2_normalize, masked_mean_pool
 from tools import encoders, onnx_graphs, registry, runs
-from tools.glyph import corpus
+from tools.glyph.generate import ClaimGenerator, Lexicon
 
 
 @dataclass
@@ -35,7 +35,7 @@ class Config:
     folder: Path = registry.GLYPH.path  # a glyph folder (the shipped one, or a build)
     out: Path | None = None  # where the graphs go; default <folder>/onnx
     record: Path | None = None  # the run folder; default runs/onnx/<folder name>
-    parity_strings: int = 300  # held-out strings the graphs are checked on: anchors, paraphrases, mutations
+    parity_strings: int = 300  # generated strings the graphs are checked on: anchors, paraphrases, mutations
     batch_size: int = 32  # strings per padded batch in the check
     max_abs_diff: float = 1e-5  # float32 graph vs PyTorch, per embedding component
 
@@ -68,7 +68,8 @@ def main(argv=None):
     config = parse_config(argv)
     tokenizer = AutoTokenizer.from_pretrained(config.folder)
     graph = SentenceGraph(AutoModel.from_pretrained(config.folder).eval())
-    triples = corpus.held_out_triples(corpus.Config(out=config.record, test_triples=-(-config.parity_strings // 3)))
+    generator = ClaimGenerator(Lexicon.load(), seed=1)
+    triples = [generator.triple() for _ in range(-(-config.parity_strings // 3))]
     strings = [text for triple in triples for text in (triple.anchor, triple.positive, triple.negative)]
     strings = strings[:config.parity_strings]
     max_length = graph.encoder.config.max_position_embeddings - graph.encoder.config.pad_token_id - 1
