@@ -200,9 +200,7 @@ def compiled_arm_step():
     """arm_step through torch.compile (Inductor's C++ backend, dynamic token counts), so that the arms' many small
     ops fuse into a few loops; compiled on its first call per roster, shared by every model in the process. None,
     with a warning that says why, where no C++ compiler is found: the arms then run eagerly."""
-    compiler = next((shutil.which(name) for name in (os.environ.get("CXX"), "g++", "c++", "clang++")
-                     if name and shutil.which(name)), None)
-    if compiler is None:
+    if not any(name and shutil.which(name) for name in (os.environ.get("CXX"), "g++", "c++", "clang++")):
         warnings.warn("compile=True needs a C++ compiler for torch.compile's CPU backend (g++ or clang++ on PATH, or "
                       "$CXX) and none was found: the arms run eagerly, at eager speed", stacklevel=3)
         return None
