@@ -38,7 +38,8 @@ def test_every_graph_is_written_and_the_float32_ones_equal_pytorch(exported):
         if entry["dtype"] == "float32":
             assert entry["parity"]["max_abs_diff"] <= 1e-5
         else:
-            assert entry["parity"]["min_cosine"] > 0.9
+            assert entry["quantisation"]["met"]
+            assert entry["parity"]["mean_cosine"] >= entry["quantisation"]["min_mean_cosine"] == 0.995
     assert metrics["graphs"]["model_amoe.onnx"]["embedding_space"] != metrics["graphs"]["model.onnx"]["embedding_space"]
 
 

@@ -2,10 +2,12 @@
 gate: 1e-5 per component in float32), and read back through tools/encoders.py as the glyph evaluation scores them."""
 
 import numpy as np
+import onnx
 import pytest
+from transformers import AutoModel, AutoTokenizer
 
 from helpers import N_POSITIONS
-from tools import encoders, runs
+from tools import encoders, onnx_graphs, runs
 from tools.glyph import export_onnx
 
 STRINGS = ["retrieval_layer⊕compression ⇒ ¬attribution_edges↑", "a→b→c⇒d", "x",
@@ -34,7 +36,10 @@ def test_both_graphs_are_written_and_the_float32_one_equals_pytorch(exported):
     for name, entry in metrics["graphs"].items():
         assert entry["sha256"] == runs.file_sha256(folder / "onnx" / name) and entry["parity"]["texts"] == 30
         assert entry["parity"]["max_abs_diff"] <= 1e-5 if entry["dtype"] == "float32" else \
-            entry["parity"]["min_cosine"] > 0.9
+            entry["parity"]["mean_cosine"] >= onnx_graphs.INT8_MIN_COSINE
+    quantisation = metrics["graphs"]["model_qint8_avx512_vnni.onnx"]["quantisation"]
+    assert quantisation["met"] and quantisation["search"][-1]["parity"] == \
+        metrics["graphs"]["model_qint8_avx512_vnni.onnx"]["parity"]
 
 
 @pytest.mark.parametrize("output", ["sentence_embedding", "last_hidden_state"])
@@ -50,3 +55,43 @@ def test_the_graph_encodes_like_sentence_transformers(exported, output):
 def test_a_folder_that_is_not_a_sentence_transformers_model_is_refused(tiny_roberta):
     with pytest.raises(SystemExit, match="not a built glyph folder"):
         export_onnx.main(["--folder", str(tiny_roberta[0])])
+
+
+@pytest.fixture(scope="module")
+def prepared(exported, tmp_path_factory):
+    """(the exported float32 graph as the quantiser sees it, its weighted MatMuls)."""
+    path = tmp_path_factory.mktemp("prepared") / "prepared.onnx"
+    onnx_graphs.prepare(exported[0] / "onnx" / "model.onnx", path)
+    return path, onnx_graphs.weighted_matmuls(onnx.load(str(path)))
+
+
+def test_quantize_keeps_float_exactly_the_named_matmuls(prepared, tmp_path):
+    path, matmuls = prepared
+    weights = {node.name: node.input[1] for node in onnx.load(str(path)).graph.node if node.name in matmuls}
+    kept = sorted(matmuls)[:2]
+    onnx_graphs.quantize(path, tmp_path / "int8.onnx", kept)
+    stored = {initializer.name for initializer in onnx.load(str(tmp_path / "int8.onnx")).graph.initializer}
+    assert len(matmuls) > 4
+    assert {node for node, weight in weights.items() if f"{weight}_quantized" not in stored} == set(kept)
+
+
+def test_the_search_keeps_the_largest_outliers_float_until_the_target(exported, prepared, tmp_path):
+    """An unreachable target: one more float MatMul per try, largest input outliers first, up to half of them, and
+    the run says it missed; a target the all-int8 graph meets: one try, nothing float."""
+    folder = exported[0]
+    module = export_onnx.SentenceGraph(AutoModel.from_pretrained(folder).eval())
+    batches = encoders.padded_batches(AutoTokenizer.from_pretrained(folder), STRINGS, N_POSITIONS, 2)
+    ratios = onnx_graphs.outlier_ratios(prepared[0], batches)
+    assert set(ratios) == set(prepared[1]) and min(ratios.values()) > 1
+
+    def reference(input_ids, attention_mask):
+        return module(input_ids, attention_mask)[1]
+
+    missed = onnx_graphs.quantize_to_cosine(folder / "onnx" / "model.onnx", tmp_path / "a.onnx", batches, reference,
+                                            min_cosine=2.0)
+    half = len(ratios) // 2
+    assert not missed["met"] and [step["float_matmuls"] for step in missed["search"]] == list(range(half + 1))
+    assert list(missed["float_matmuls"]) == sorted(ratios, key=ratios.get, reverse=True)[:half]
+    met = onnx_graphs.quantize_to_cosine(folder / "onnx" / "model.onnx", tmp_path / "b.onnx", batches, reference,
+                                         min_cosine=0.5)
+    assert met["met"] and met["float_matmuls"] == {} and len(met["search"]) == 1

@@ -13,9 +13,12 @@ The graphs are not shipped in git (the bundle's size budget); the card shows how
 
 Checks: each float32 graph's embeddings must equal PyTorch eager's (float32, the same padded batches) within
 --max-abs-diff per component on --parity-texts real texts (half STS-B test sentences, half held-out ImageInWords
-descriptions up to the model's trained length); the int8 graphs' cosines to PyTorch are recorded, not gated (their
-STS-8 cost: python -m tools.captionbert.evaluate --encoder captionbert-8192-v2/onnx/model_qint8_avx512_vnni.onnx).
-The run record (config, run, metrics with each file's bytes and sha256) goes to --record.
+descriptions up to the model's trained length). Each int8 graph keeps float32 the fewest MatMuls (those whose inputs
+carry the largest outliers) that hold its mean cosine to PyTorch at --int8-min-cosine on the same texts
+(onnx_graphs.quantize_to_cosine; a warning if even half of them float cannot); its STS-8 cost:
+    python -m tools.captionbert.evaluate --encoder captionbert-8192-v2 \
+        --encoder int8=captionbert-8192-v2/onnx/model_qint8_avx512_vnni.onnx --gauge-captions 0
+The run record (config, run, metrics with each file's bytes and sha256, the int8 search) goes to --record.
 """
 
 import argparse
@@ -39,6 +42,7 @@ class Config:
     parity_texts: int = 256  # real texts the graphs are checked on: half short, half long
     batch_size: int = 32  # texts per padded batch in the check
     max_abs_diff: float = 1e-5  # float32 graph vs PyTorch eager, per embedding component
+    int8_min_cosine: float = onnx_graphs.INT8_MIN_COSINE  # int8 vs PyTorch: mean cosine to keep (quantize_to_cosine)
 
 
 def parse_config(argv):
@@ -46,8 +50,8 @@ def parse_config(argv):
     config = runs.parse_flags(parser, Config, argv)
     if not (config.folder / "model.safetensors").is_file():
         raise SystemExit(f"{config.folder} holds no model.safetensors: not a built captionbert folder")
-    if config.parity_texts < 4 or config.max_abs_diff <= 0:
-        raise SystemExit("--parity-texts must be at least 4 and --max-abs-diff positive")
+    if config.parity_texts < 4 or config.max_abs_diff <= 0 or not 0 < config.int8_min_cosine <= 1:
+        raise SystemExit("--parity-texts must be at least 4, --max-abs-diff positive and --int8-min-cosine in (0, 1]")
     config.out, config.record = onnx_graphs.locations(config.folder, config.out, config.record)
     return config
 
@@ -74,7 +78,8 @@ def main(argv=None):
             roster = model.attach_amoe()._amoe.dispatch.roster if with_arms else []
             print(f"exporting {config.out / name} (arms: {', '.join(roster) or 'none'})")
             written = onnx_graphs.export_checked(onnx_graphs.PooledOutput(model), example, config.out, name,
-                                                 [onnx_graphs.SENTENCE_OUTPUT], model.usable_length, batches)
+                                                 [onnx_graphs.SENTENCE_OUTPUT], model.usable_length, batches,
+                                                 config.int8_min_cosine)
             for entry in written.values():
                 entry.update(arms=roster, embedding_space=model.embedding_space)
             metrics["graphs"].update(written)

@@ -12,9 +12,10 @@ card shows how to run them with onnxruntime.
 
 Checks: the float32 graph's embeddings must equal PyTorch's (float32, the same padded batches) within --max-abs-diff
 per component on --parity-strings glyph strings (anchors, paraphrases and mutations of triples from the corpus's
-claim generator, tools/glyph/generate.py); the int8 graph's cosines are recorded, not gated (its win-rate
-cost: python -m tools.glyph.evaluate --corpus <corpus> --out <run> --encoder glyph-embedder-v2=glyph-embedder-v2
---encoder int8=glyph-embedder-v2/onnx/model_qint8_avx512_vnni.onnx). The run record goes to --record.
+claim generator, tools/glyph/generate.py). The int8 graph keeps float32 the fewest MatMuls that hold its mean cosine
+to PyTorch at --int8-min-cosine on the same strings (onnx_graphs.quantize_to_cosine); its win-rate cost: python -m
+tools.glyph.evaluate --corpus <corpus> --out <run> --encoder glyph-embedder-v2=glyph-embedder-v2
+--encoder int8=glyph-embedder-v2/onnx/model_qint8_avx512_vnni.onnx. The run record goes to --record.
 """
 
 import argparse
@@ -38,6 +39,7 @@ class Config:
     parity_strings: int = 300  # generated strings the graphs are checked on: anchors, paraphrases, mutations
     batch_size: int = 32  # strings per padded batch in the check
     max_abs_diff: float = 1e-5  # float32 graph vs PyTorch, per embedding component
+    int8_min_cosine: float = onnx_graphs.INT8_MIN_COSINE  # int8 vs PyTorch: mean cosine to keep (quantize_to_cosine)
 
 
 class SentenceGraph(nn.Module):
@@ -58,8 +60,9 @@ def parse_config(argv):
     config = runs.parse_flags(parser, Config, argv)
     if not (config.folder / "model.safetensors").is_file() or not (config.folder / "modules.json").is_file():
         raise SystemExit(f"{config.folder} holds no model.safetensors and modules.json: not a built glyph folder")
-    if config.parity_strings < 3 or config.max_abs_diff <= 0:
-        raise SystemExit("--parity-strings must be at least 3 and --max-abs-diff positive")
+    if config.parity_strings < 3 or config.max_abs_diff <= 0 or not 0 < config.int8_min_cosine <= 1:
+        raise SystemExit("--parity-strings must be at least 3, --max-abs-diff positive and --int8-min-cosine in "
+                         "(0, 1]")
     config.out, config.record = onnx_graphs.locations(config.folder, config.out, config.record)
     return config
 
@@ -78,7 +81,8 @@ def main(argv=None):
     with runs.RunRecord(config.record, config, "glyph.export_onnx"):
         print(f"exporting {config.out / 'model.onnx'}")
         graphs = onnx_graphs.export_checked(graph, example, config.out, "model.onnx",
-                                            ["last_hidden_state", onnx_graphs.SENTENCE_OUTPUT], max_length, batches)
+                                            ["last_hidden_state", onnx_graphs.SENTENCE_OUTPUT], max_length, batches,
+                                            config.int8_min_cosine)
         runs.write_json(config.record / "metrics.json", {"texts": len(strings),
                                                          "max_tokens": int(batches[0][1].shape[1]), "graphs": graphs})
     onnx_graphs.report(graphs, config.max_abs_diff)
