@@ -53,6 +53,18 @@ def test_bench_tiny_run_writes_finite_positive_ratios(tmp_path, data_dir):
         "compiled fp32 arms"}
 
 
+@pytest.mark.slow
+def test_only_runs_the_measurements_it_names(tmp_path, data_dir):
+    argv = ["--captions", "8", "--batch-size", "4", "--repeats", "1", "--long-tokens", "64", "--tiny", "--only", "3",
+            "--data-dir", str(data_dir), "--out", str(tmp_path)]
+    assert bench.main(argv) == 0
+    (folder,) = (tmp_path / "bench").iterdir()
+    names = [row["name"] for row in json.loads((folder / "report.json").read_text())["rows"]]
+    assert names and all(name.startswith("(3)") for name in names)
+    with pytest.raises(SystemExit):
+        bench.parse_config(["--only", "10"])
+
+
 def test_arm_flop_count_matches_the_counted_matmuls_of_one_arm():
     """arm_flops_per_token (from the spec) against torch's FLOP counter on one token through one wrapped block: with a
     single arm the block-diagonal matmuls waste nothing, and the only extra is the folded output bias (one row of

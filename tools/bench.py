@@ -53,6 +53,7 @@ order above, each returning its table rows and its part of the report, and write
 
 Usage:
     python -m tools.bench                                                   # the full run, a few minutes
+    python -m tools.bench --only 6 9                                        # those measurements alone
     python -m tools.bench --captions 16 --repeats 1 --long-tokens 256 --corpus-texts 32 --train-steps 1 --tiny \\
         --glyph-texts 32 --geolip-texts 4                                   # seconds: small shape, smoke test
 """
@@ -117,6 +118,7 @@ class Config:
     glyph_texts: int = 1024  # generated glyph strings embedded in measurement 7
     geolip_texts: int = 16  # long descriptions of measurement 8
     seed: int = 0  # caption sample, weights and the long input
+    only: tuple = ()  # the measurements to run, by number (1 .. 9; 1 and 2 run together, as do 4 and 5's sample); all
 
 
 @dataclass
@@ -301,7 +303,10 @@ def parse_config(argv):
     parser.add_argument("--glyph-texts", type=int, default=Config.glyph_texts, help="glyph strings embedded (7)")
     parser.add_argument("--geolip-texts", type=int, default=Config.geolip_texts, help="long texts (8)")
     parser.add_argument("--seed", type=int, default=Config.seed, help="sample, weights and long input")
-    return Config(**vars(parser.parse_args(argv)))
+    parser.add_argument("--only", type=int, nargs="+", choices=range(1, 10), default=Config.only,
+                        help="run these measurements alone, e.g. --only 6 9 (default: all)")
+    args = parser.parse_args(argv)
+    return Config(**{**vars(args), "only": tuple(args.only)})
 
 
 def build_setup(config):
@@ -684,18 +689,33 @@ def format_table(report):
 
 
 def main(argv=None):
-    """Runs the measurements (1) .. (9) in order on one shared setup, prints the table and writes report.json and
-    table.txt beside the run record; returns 0."""
+    """Runs the measurements (1) .. (9) (or --only those) in order on one shared setup, prints the table and writes
+    report.json and table.txt beside the run record; returns 0."""
     config = parse_config(argv)
     torch.set_num_threads(os.cpu_count())
+    chosen = set(config.only or range(1, 10))
     with runs.RunRecord(runs.timestamped(config.out, "bench"), config, "bench") as record:
         setup = build_setup(config)
         report = opening_report(setup)
-        results = [throughput(config, setup), long_input_memory(config)]
-        mix, mix_ids = corpus_sample(config, setup.tokenizer)
-        results += [extraction(config, setup, mix, mix_ids), training_steps(config, setup, mix_ids),
-                    amoe_arms(config, setup), glyph_embeddings(config), geolip_segments(config),
-                    inference_backends(config, setup)]
+        results = []
+        if chosen & {1, 2}:
+            results.append(throughput(config, setup))
+        if 3 in chosen:
+            results.append(long_input_memory(config))
+        if chosen & {4, 5}:
+            mix, mix_ids = corpus_sample(config, setup.tokenizer)
+            if 4 in chosen:
+                results.append(extraction(config, setup, mix, mix_ids))
+            if 5 in chosen:
+                results.append(training_steps(config, setup, mix_ids))
+        if 6 in chosen:
+            results.append(amoe_arms(config, setup))
+        if 7 in chosen:
+            results.append(glyph_embeddings(config))
+        if 8 in chosen:
+            results.append(geolip_segments(config))
+        if 9 in chosen:
+            results.append(inference_backends(config, setup))
         rows = []
         for family_rows, part in results:
             rows += family_rows
