@@ -163,8 +163,10 @@ def quantize_to_cosine(source, target, batches, reference, min_cosine, max_float
             "float_matmuls": {node: ratios[node] for node in ranked[:kept]}, "search": search}
 
 
-def session(path, threads=None):
-    """An onnxruntime CPU session of the graph at `path` (threads: intra-op threads, None = onnxruntime's default)."""
+def session(path, threads=None, spinning=True):
+    """An onnxruntime CPU session of the graph at `path` (threads: intra-op threads, None = onnxruntime's default;
+    spinning False: its idle threads sleep at once instead of spinning for the next call, which matters only where
+    several sessions or libraries take turns on the same cores)."""
     import onnxruntime
 
     if not Path(path).is_file():
@@ -172,6 +174,8 @@ def session(path, threads=None):
     options = onnxruntime.SessionOptions()
     if threads:
         options.intra_op_num_threads = threads
+    if not spinning:
+        options.add_session_config_entry("session.intra_op.allow_spinning", "0")
     return onnxruntime.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
 
 
