@@ -126,7 +126,8 @@ def quantize(prepared, target, float_nodes=()):
     from onnxruntime.quantization import QuantType, quantize_dynamic
 
     graph = onnx.load(str(prepared), load_external_data=False)
-    weights = {node.name: node.input[1] for node in graph.graph.node if node.name in weighted_matmuls(graph)}
+    matmuls = weighted_matmuls(graph)
+    weights = {node.name: node.input[1] for node in graph.graph.node if node.name in matmuls}
     # The quantiser turns each Gemm into a MatMul named <name>_MatMul and an Add before it quantises the MatMuls, so
     # both names are excluded.
     excluded = [name for node in float_nodes for name in (node, f"{node}_MatMul")]
