@@ -556,8 +556,8 @@ def inference_backends(config, setup):
     bare trunk (target for the compiled arms: <= 1.15x); the int8 graph's mean cosine to PyTorch fp32 on the sample.
     The part: the seconds under seconds/backends, the int8 quantisations under backends."""
     arms = shipped_arm_count() or config.arms
-    shipped = None if config.tiny else AutoModel.from_pretrained(CAPTIONBERT, trust_remote_code=True)
-    bare = (shipped or copy.deepcopy(setup.captionbert)).eval()
+    bare = (copy.deepcopy(setup.captionbert) if config.tiny
+            else AutoModel.from_pretrained(CAPTIONBERT, trust_remote_code=True)).eval()
     models = {"bare": bare, "arms": with_random_collectives(bare, [arms], config.seed)[arms],
               "compiled arms": with_random_collectives(bare, [arms], config.seed, compiled=True)[arms]}
     batches = encoders.padded_batches(setup.tokenizer, setup.texts, bare.usable_length, config.batch_size)

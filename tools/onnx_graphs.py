@@ -109,9 +109,7 @@ def outlier_ratios(prepared, batches):
     probe = onnxruntime.InferenceSession(graph.SerializeToString(), providers=["CPUExecutionProvider"])
     peak, squares, count = dict.fromkeys(watched, 0.0), dict.fromkeys(watched, 0.0), dict.fromkeys(watched, 0)
     for _, input_ids, attention_mask in batches:
-        feed = {"input_ids": np.asarray(input_ids, dtype=np.int64),
-                "attention_mask": np.asarray(attention_mask, dtype=np.int64)}
-        for name, value in zip(watched, probe.run(watched, feed)):
+        for name, value in zip(watched, probe.run(watched, feed(input_ids, attention_mask))):
             peak[name] = max(peak[name], float(np.abs(value).max()))
             squares[name] += float(np.square(value, dtype=np.float64).sum())
             count[name] += value.size
@@ -180,11 +178,15 @@ def session(path, threads=None, spinning=True):
     return onnxruntime.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
 
 
+def feed(input_ids, attention_mask):
+    """A graph's inputs for a padded batch (torch or numpy (B, T))."""
+    return {"input_ids": np.asarray(input_ids, dtype=np.int64),
+            "attention_mask": np.asarray(attention_mask, dtype=np.int64)}
+
+
 def run(graph, input_ids, attention_mask, output=SENTENCE_OUTPUT):
     """One output of the session `graph` on a padded batch (torch or numpy (B, T)), as a float32 numpy array."""
-    feed = {"input_ids": np.asarray(input_ids, dtype=np.int64), "attention_mask": np.asarray(attention_mask,
-                                                                                            dtype=np.int64)}
-    return graph.run([output], feed)[0]
+    return graph.run([output], feed(input_ids, attention_mask))[0]
 
 
 def parity(graph, batches, reference):
