@@ -38,9 +38,11 @@ class AmoeMixin:
         """Attach an AMOE collective: its arms after every block, mixed by its dispatch, every arm enabled.
 
         From files (the default): path is an amoe/ folder; None = amoe/ in this model's own folder or Hub repo. It
-        must hold exactly one collective (<path>/<collective>/dispatch.safetensors) and the arms under
-        <path>/arms/. names: None takes the roster and its order from the dispatch; a list must name the same arms in
-        the same order. force: attach arms trained on another trunk.
+        holds the arms under <path>/arms/, each arm's own one-arm dispatch under <path>/routing/, and at most one
+        collective (<path>/<collective>/dispatch.safetensors). names: None takes the collective, its roster and order
+        from its dispatch (a folder without a collective raises, naming its solo arms); the collective's roster in
+        the same order attaches the collective; one arm's name alone attaches that arm under its solo dispatch.
+        force: attach arms trained on another trunk.
         From memory (training): arms = {name: Arm} and their dispatch, used as they are (they keep training).
         compiled: run the arms through torch.compile (amoe.compiled_arm_step: their small ops fused by Inductor's C++
         backend; the first forward pass of each roster compiles for a minute or so; with no C++ compiler it warns and
@@ -55,7 +57,7 @@ class AmoeMixin:
         if (arms is None) != (dispatch is None):
             raise ValueError("arms in memory need their dispatch, and a dispatch its arms: pass both or neither")
         if arms is None:
-            arms, dispatch = self._load_collective(self._amoe_folder(path), identity, force)
+            arms, dispatch = self._load_arms(self._amoe_folder(path), names, identity, force)
         if names is not None and list(names) != dispatch.roster:
             raise ValueError(f"arms {list(names)} do not match the dispatch's roster {dispatch.roster}: routing keys "
                              "are positional, so the names and their order must be the roster's")
@@ -126,16 +128,31 @@ class AmoeMixin:
         unwrap_layers(self.encoder.layers)
         self._amoe = None
 
-    def _load_collective(self, folder, identity, force):
-        """(arms, dispatch) of the one collective in an amoe/ folder, checked against this trunk."""
+    def _load_arms(self, folder, names, identity, force):
+        """(arms, dispatch) from an amoe/ folder, checked against this trunk: its collective, or with `names` one
+        arm alone under its solo dispatch."""
         from .shared_amoe import load_arm, load_dispatch
 
         dispatches = sorted(p for p in folder.glob("*/dispatch.safetensors") if p.parent.name != "arms")
-        if len(dispatches) != 1:
-            raise FileNotFoundError(f"{folder} must hold exactly one <collective>/dispatch.safetensors, found "
+        solo = sorted(p.stem for p in (folder / "routing").glob("*.safetensors"))
+        if len(dispatches) > 1:
+            raise FileNotFoundError(f"{folder} must hold at most one <collective>/dispatch.safetensors, found "
                                     f"{[str(p.relative_to(folder)) for p in dispatches]}")
         hidden, blocks = self.config.hidden_size, self.config.num_hidden_layers
-        dispatch, _ = load_dispatch(dispatches[0], hidden, blocks, identity, force)
+        collective = load_dispatch(dispatches[0], hidden, blocks, identity, force)[0] if dispatches else None
+        names, roster = None if names is None else list(names), None if collective is None else collective.roster
+        if names is not None and names != roster and len(names) == 1 and names[0] in solo:
+            dispatch, _ = load_dispatch(folder / "routing" / f"{names[0]}.safetensors", hidden, blocks, identity,
+                                        force)
+        elif collective is not None:
+            dispatch = collective
+        elif solo:
+            raise FileNotFoundError(
+                f"{folder} ships no collective: none beat the bare trunk on validation, so attach_amoe() has nothing "
+                f"to attach by default. Solo arms available: {', '.join(solo)} (their scores are in "
+                f"arms/ARMS.json); attach one alone with attach_amoe([{solo[0]!r}])")
+        else:
+            raise FileNotFoundError(f"{folder} holds neither a <collective>/dispatch.safetensors nor solo arms")
         arms = {name: load_arm(folder / "arms" / f"{name}.safetensors", hidden, blocks, identity, force, name)[0]
                 for name in dispatch.roster}
         return arms, dispatch

@@ -34,6 +34,31 @@ def test_gauge_captions_are_distinct_test_images(data_dir):
     assert len(captions) == 1000 and len(set(captions)) > 990
 
 
+def test_flickr8k_splits_hold_five_captions_per_image_and_do_not_share_images(data_dir):
+    splits = {split: sts.flickr8k_captions(data_dir, split) for split in ("train", "dev", "test")}
+    assert {split: len(images) for split, images in splits.items()} == {"train": 6000, "dev": 1000, "test": 1000}
+    assert all(len(captions) == 5 for images in splits.values() for captions in images.values())
+    assert not set(splits["dev"]) & set(splits["test"]) and not set(splits["train"]) & set(splits["dev"])
+    assert sts.gauge_captions(data_dir, 3) == [captions[0] for captions in list(splits["test"].values())[:3]]
+
+
+def test_same_image_retrieval_ranks_each_images_own_caption():
+    vectors = {"a": [1.0, 0, 0], "b": [0, 1.0, 0], "c": [0, 0, 1.0]}
+
+    class ByImage:  # embeds a caption as its image's one-hot vector, with a2 and b2 swapped when asked
+        def __init__(self, swap):
+            self.swap = swap
+
+        def encode(self, texts):
+            image = {"a2": "b", "b2": "a"} if self.swap else {}
+            return np.array([vectors[image.get(text, text[0])] for text in texts])
+
+    captions = {image: [f"{image}1", f"{image}2"] for image in vectors}
+    assert sts.same_image_retrieval(ByImage(False), captions) == {"recall@1": 1.0, "mrr": 1.0, "images": 3}
+    swapped = sts.same_image_retrieval(ByImage(True), captions)  # a and b rank their own caption last (of 3)
+    assert swapped["recall@1"] == pytest.approx(1 / 3) and swapped["mrr"] == pytest.approx((1 / 3 + 1 / 3 + 1) / 3)
+
+
 @pytest.mark.slow
 def test_encoder_kinds_agree(tiny_captionbert):
     texts = ["A man is playing a guitar.", "A man plays the guitar.", "The stock market fell sharply today.", "x"]

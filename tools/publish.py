@@ -57,7 +57,7 @@ PUBLISHED = (  # what a Hub repo of these models holds: paths in the folder, mat
     "*.py",  # remote code and its vendored shared_*.py copies
     "*.safetensors", "*.safetensors.index.json", "*.gguf",  # weights (the index of a sharded checkpoint)
     "README.md", "*.png", "*.jpg", "*.svg",  # the model card and its images
-    "amoe/*/*.safetensors", "amoe/arms/ARMS.json",  # AMOE: arms/<name>, <collective>/dispatch, the arms' provenance
+    "amoe/*/*.safetensors", "amoe/arms/ARMS.json",  # AMOE: arms/, routing/ (solo), <collective>/dispatch; provenance
     "[0-9]*_*/config.json",  # sentence-transformers' modules after the first (1_Pooling/, 2_Normalize/)
 )
 PROBE_TEXTS = ["A dog runs across the grass.", "Two men play chess in a park at dusk."]
@@ -226,7 +226,11 @@ LOAD = textwrap.dedent("""
     result = {"parameters": sum(p.numel() for p in model.parameters()), "dimension": int(embeddings.shape[-1]),
               "embedding_space": space, "amoe": None, "checks": checks}
     if (Path(folder) / "amoe").is_dir():
-        model.attach_amoe()  # checks the toggle law (every arm off == the bare trunk) itself
+        try:
+            model.attach_amoe()  # checks the toggle law (every arm off == the bare trunk) itself
+        except FileNotFoundError as error:  # no collective ships: the error names the solo arms; one attaches alone
+            result["no_collective"] = str(error)
+            model.attach_amoe([min(p.stem for p in (Path(folder) / "amoe" / "routing").glob("*.safetensors"))])
         with model.amoe_off():
             assert (model.encode(texts, show_progress_bar=False) == embeddings).all(), "amoe_off != the bare trunk"
         result["embedding_space_with_arms"] = model.embedding_space

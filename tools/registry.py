@@ -69,7 +69,7 @@ class Pipeline:
 PIPELINES = (
     Pipeline("captionbert", "captionbert-8192-v2",
              ("layers", "pooling", "identity", "checks", "encoding", "amoe_mixin", "amoe"),
-             ("model.safetensors", "amoe/*/dispatch.safetensors", "amoe/arms/*.safetensors"), "AutoModel",
+             ("model.safetensors", "amoe/arms/*.safetensors", "amoe/*/*.safetensors"), "AutoModel",
              ("README.md", "loss_curve.png", "amoe/*")),
     Pipeline("glyph", "glyph-embedder-v2", (),
              ("model.safetensors", "glyph-embedder-v2-f16.gguf"), "SentenceTransformer",

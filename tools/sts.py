@@ -82,17 +82,23 @@ def load_task(data_dir, task):
     raise ValueError(f"unknown task {task!r}; known: {', '.join(TASKS)}")
 
 
-def gauge_captions(data_dir, count):
-    """The first caption of each Flickr8k test image, in file order (distinct images, so unrelated sentences)."""
+def flickr8k_captions(data_dir, split):
+    """{image: [its captions in #0..#4 order]} of one official Flickr8k image split ("train", "dev" or "test"), the
+    images in file order."""
     flickr = Path(data_dir) / "captions" / "flickr8k"
-    test_images = set((flickr / "Flickr_8k.testImages.txt").read_text().split())
-    captions = []
+    images = set((flickr / f"Flickr_8k.{split}Images.txt").read_text().split())
+    captions = {}
     for line in (flickr / "Flickr8k.token.txt").read_text(encoding="utf-8").splitlines():
         key, caption = line.split("\t", 1)
         image, index = key.split("#")
-        if image in test_images and index == "0":
-            captions.append(caption)
-    return captions[:count]
+        if image in images:
+            captions.setdefault(image, {})[int(index)] = caption
+    return {image: [by_index[i] for i in sorted(by_index)] for image, by_index in captions.items()}
+
+
+def gauge_captions(data_dir, count):
+    """The first caption of each Flickr8k test image, in file order (distinct images, so unrelated sentences)."""
+    return [captions[0] for captions in flickr8k_captions(data_dir, "test").values()][:count]
 
 
 # ---- scoring ----------------------------------------------------------------------------------------------------
@@ -125,6 +131,19 @@ def score(encoder, task_pairs, captions):
     result["sentences"] = len(sentences)
     result["encode_seconds"] = round(seconds, 1)
     return result
+
+
+def same_image_retrieval(encoder, captions_by_image):
+    """Same-image caption retrieval: each image's first caption queries the second captions of every image; recall@1
+    and MRR of finding its own (ties count against it). captions_by_image: {image: [captions]}, two or more each."""
+    images = [captions for captions in captions_by_image.values() if len(captions) >= 2]
+    if len(images) < 2:
+        raise ValueError("same-image retrieval needs at least two images with two captions each")
+    queries = encoder.encode([captions[0] for captions in images])  # (N, D), rows L2-normalised
+    gallery = encoder.encode([captions[1] for captions in images])
+    similarity = queries @ gallery.T  # (N, N)
+    ranks = (similarity >= similarity.diagonal()[:, None]).sum(axis=1)  # 1 = the own caption ranks first
+    return {"recall@1": float(np.mean(ranks == 1)), "mrr": float(np.mean(1.0 / ranks)), "images": len(images)}
 
 
 def markdown_table(metrics, tasks):

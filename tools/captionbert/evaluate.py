@@ -1,5 +1,6 @@
 """Score encoders on STS-8 (tools/sts.py: the eight English STS test sets, Spearman of cosine vs gold, plus the
-geometry gauges on held-out captions).
+geometry gauges on held-out captions and the in-domain gauge: same-image retrieval among the Flickr8k test images,
+recall@1 and MRR).
 
 Usage:
     python -m tools.captionbert.evaluate --encoder teacher:all-MiniLM-L6-v2
@@ -20,7 +21,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from tools import encoders, runs
-from tools.sts import TASKS, gauge_captions, load_task, markdown_table, score
+from tools.sts import (TASKS, flickr8k_captions, gauge_captions, load_task, markdown_table,
+                       same_image_retrieval, score)
 
 
 @dataclass
@@ -72,6 +74,9 @@ def main(argv=None):
                 print(f"{name}: mean {row['mean']:.4f}, scored earlier by this run (the same weights), kept")
                 continue
             metrics[name] = {**identity, **score(encoder, task_pairs, captions)}
+            if captions:  # the in-domain gauge: same-image retrieval among the Flickr8k test images
+                retrieval = same_image_retrieval(encoder, flickr8k_captions(config.data_dir, "test"))
+                metrics[name] |= {"flickr8k_recall@1": retrieval["recall@1"], "flickr8k_mrr": retrieval["mrr"]}
             print(f"{name}: mean {metrics[name]['mean']:.4f} ({metrics[name]['encode_seconds']} s)")
             runs.write_json(config.out / "metrics.json", metrics)  # after each encoder, so a long run shows progress
         table = markdown_table(metrics, config.tasks)

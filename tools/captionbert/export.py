@@ -19,7 +19,8 @@ What it does:
     4. with --amoe (a tools/captionbert/amoe/train.py select run on these weights): copies its amoe/ library into the
        folder
        and checks, in a fresh process, that attach_amoe() loads the shipped collective and that amoe_off() gives
-       the bare embeddings bit for bit (a selection where no arm cleared its bar ships no amoe/; the card says so);
+       the bare embeddings bit for bit (a selection where no roster beat the trunk ships the solo arms and no
+       collective: attach_amoe() must then raise naming them, and one attaches alone; the card says so);
     5. writes README.md from its template, card.md, filled by card_context from the run records: the STS-8 table
        (student, every teacher, all-MiniLM-L6-v2 for scale), how it was built (corpus, teachers, alignment,
        training), the AMOE arms (trunk, solo arms, collective, control; selection, amplitude budget, tau sweep) and
@@ -114,11 +115,13 @@ def write_sentence_transformers_files(folder):
 
 def fresh_process_embeddings(folder, amoe=False, sentence_transformers=False, identity=False):
     """Embeddings of PROBE_TEXTS from `folder`, loaded by AutoModel in a new Python process. amoe: also attach the
-    shipped collective and return its embeddings ("amoe") and those with every arm off ("amoe_off").
+    shipped collective and return its embeddings ("amoe") and those with every arm off ("amoe_off"); where no
+    collective ships, attach_amoe()'s error ("no_collective") and the first solo arm's embeddings instead.
     sentence_transformers: also load the folder with SentenceTransformer and return its embeddings and width.
     identity: also return its embedding_space id, and with amoe the id with the collective on."""
     script = textwrap.dedent(f"""
         import importlib.util, json, sys
+        from pathlib import Path
         from transformers import AutoModel
         assert importlib.util.find_spec("shared_modeling") is None, "the project must not be importable here"
         model = AutoModel.from_pretrained(sys.argv[1], trust_remote_code=True)
@@ -132,7 +135,11 @@ def fresh_process_embeddings(folder, amoe=False, sentence_transformers=False, id
             result["sentence_transformers"] = st.encode({PROBE_TEXTS!r}, show_progress_bar=False).tolist()
             result["sentence_transformers_dimension"] = st.get_embedding_dimension()
         if {amoe!r}:
-            model.attach_amoe()
+            try:
+                model.attach_amoe()
+            except FileNotFoundError as error:  # no collective ships: the error names the solo arms; take the first
+                result["no_collective"] = str(error)
+                model.attach_amoe([min(p.stem for p in (Path(sys.argv[1]) / "amoe" / "routing").glob("*.safetensors"))])
             result["amoe"] = model.encode({PROBE_TEXTS!r}, show_progress_bar=False).tolist()
             if {identity!r}:
                 result["embedding_space_with_arms"] = model.embedding_space
@@ -172,18 +179,20 @@ def sts_table(metrics, extract_manifest):
     return "\n".join(lines)
 
 
-def amoe_table(select):
-    """STS-8 rows with arms: the trunk, each solo arm, the shipped collective and its control."""
+def amoe_table(select, references=None):
+    """STS-8 and caption-gauge rows with arms: the trunk, each solo arm, the shipped collective and its control, then
+    the references (eval rows, e.g. all-MiniLM-L6-v2 and the reference teacher) in the same harness."""
     rows, tasks = select["rows"], [t for t in sts.TASKS if t in select["rows"]["trunk"]]
     trunk, roster = rows["trunk"], (select["shipped"] or {}).get("roster", [])
-    lines = ["| row | " + " | ".join(tasks) + " | mean | vs trunk | tasks above trunk |",
-             "|" + "---|" * (len(tasks) + 4)]
-    for name, row in rows.items():
+    lines = ["| row | " + " | ".join(tasks) + " | mean | vs trunk | tasks above trunk | Flickr8k R@1 | Flickr8k MRR |",
+             "|" + "---|" * (len(tasks) + 6)]
+    for name, row in {**rows, **(references or {})}.items():
         above = sum(row[t] > trunk[t] for t in tasks)
         label = f"**collective ({' + '.join(roster)})**" if name == "collective" else name
         lines.append(f"| {label} | " + " | ".join(f"{row[t]:.4f}" for t in tasks)
                      + f" | {row['mean']:.4f} | {row['mean'] - trunk['mean']:+.4f} | "
-                     + ("-" if name == "trunk" else f"{above}/{len(tasks)}") + " |")
+                     + ("-" if name == "trunk" else f"{above}/{len(tasks)}")
+                     + f" | {row['flickr8k_recall@1']:.4f} | {row['flickr8k_mrr']:.4f} |")
     return "\n".join(lines)
 
 
@@ -236,9 +245,82 @@ def long_inputs_context(long_inputs):
                       "top1": f"{row['top1']:.4f}"} for name, row in rows.items()]}
 
 
-def amoe_context(select, arms_json):
+def amoe_context(select, arms_json, references=None):
     """The AMOE section's values and table rows, from a tools/captionbert/amoe/train.py select run (metrics.json)
-    and, when it shipped a collective, its ARMS.json."""
+    and its ARMS.json; references: eval rows shown beside the arms (amoe_table)."""
+    if "validation_against_sts8" not in select:
+        return legacy_amoe_context(select, arms_json)
+    selection = [{"arm_count": step["arm_count"], "candidate": name,
+                  "validation": f"{trial['validation']['mean']:.4f}",
+                  "margin": f"{trial['margin_over_control']:+.4f}",
+                  "verdict": step["verdict"] if name == step["best"] else "not best"}
+                 for step in select["steps"]
+                 for name, trial in sorted(step["candidates"].items(),
+                                           key=lambda item: -item[1]["margin_over_control"])]
+    diagnostic = select["validation_against_sts8"]
+    rows = [{"run": f"solo {row['candidate']} seed {row['seed']}", "validation_gain": f"{row['validation_gain']:+.4f}",
+             "sts8_gain": f"{row['sts8_gain']:+.4f}"} for row in diagnostic["solo"]]
+    rows += [{"run": " + ".join(row["roster"]), "validation_gain": f"{row['validation_gain']:+.4f}",
+              "sts8_gain": f"{row['sts8_gain']:+.4f}"} for row in diagnostic["rosters"] if len(row["roster"]) > 1]
+    library = arms_json["arms"]
+    trains_on = {name: arm["data"].get("labelled_source") or "teacher-labelled" for name, arm in library.items()}
+    context = {"legacy": False, "shipped": select["shipped"] is not None, "table": amoe_table(select, references),
+               "bar": f"{select['bar']:.4f}", "selection": selection, "diagnostic": rows,
+               "spearman": "-" if diagnostic["spearman_solo"] is None else f"{diagnostic['spearman_solo']:+.2f}",
+               "sources": "; ".join(f"{name}: {source}" for name, source in trains_on.items()),
+               "gauge_images": f"{select['rows']['trunk']['flickr8k_images']:,}",
+               "arm_count": len(library), "first_arm": min(library),
+               "library": [{"name": name, "source": arm["data"]["source"], "rows": f"{arm['data']['rows']:,}",
+                            "held_out": f"{arm['data']['dropped_held_out']:,}", "trains_on": trains_on[name],
+                            "steps": arm["training"]["steps"], "batch_size": arm["training"]["batch_size"],
+                            "solo": f"{arm['solo_validation']['mean']:.4f}",
+                            "seed_spread": f"{arm['seed_spread_validation']:.4f}",
+                            "in_collective": arm["in_collective"], "sha256": arm["content_hash"][:12]}
+                           for name, arm in library.items()],
+               "learning_rate": f"{library[min(library)]['training']['learning_rate']:g}",
+               "temperature": library[min(library)]["training"]["temperature"]}
+    if select["shipped"] is None:
+        return context | {"reason": select["reason"][0].upper() + select["reason"][1:]}
+    rows, tasks = select["rows"], [t for t in sts.TASKS if t in select["rows"]["trunk"]]
+    trunk, collective, roster = rows["trunk"], rows["collective"], select["shipped"]["roster"]
+    gain, above = collective["mean"] - trunk["mean"], sum(collective[t] > trunk[t] for t in tasks)
+    accepted = [(step, step["candidates"][step["best"]]) for step in select["steps"] if step["verdict"] == "accepted"]
+    tried = [(row["roster"], row["sts8_gain"]) for row in diagnostic["rosters"]]
+    best_roster, best_gain = max(tried, key=lambda item: item[1])
+    return context | {
+        "collective": select["shipped"]["collective"], "roster": " + ".join(roster), "first_arm": roster[0],
+        "gain": f"{gain:+.4f}", "above": above, "tasks": len(tasks), "meets_bar": gain > 0 and above >= len(tasks) - 1,
+        "gauge_gain": f"{collective['flickr8k_mrr'] - trunk['flickr8k_mrr']:+.4f}",
+        "selected_sts8": f"{collective['mean']:.4f}", "best_sts8": f"{trunk['mean'] + best_gain:.4f}",
+        "best_roster": " + ".join(best_roster), "within": trunk["mean"] + best_gain - collective["mean"] <= 0.005,
+        "budget": [{"arm_count": step["arm_count"], "roster": " + ".join(step["roster_before"] + [step["best"]]),
+                    "amplitude_budget": f"{best['amplitude_budget']:.3f}",
+                    "routing_spread": None if best["routing_spread"] is None else f"{best['routing_spread']:.3f}",
+                    "alarms": best["alarms"], "stopped": best["stopped"]} for step, best in accepted],
+        "sweep": [{"tau": f"{row['tau']:.2f}", "stsb": f"{row['STS-B']:.4f}",
+                   "amplitude_budget": None if row["amplitude_budget"] is None else f"{row['amplitude_budget']:.3f}"}
+                  for row in select["tau_sweep"]]}
+
+
+def legacy_amoe_table(select):
+    """legacy_amoe_context's table: STS-8 rows of the trunk, each solo arm, the shipped collective and its control."""
+    rows, tasks = select["rows"], [t for t in sts.TASKS if t in select["rows"]["trunk"]]
+    trunk, roster = rows["trunk"], (select["shipped"] or {}).get("roster", [])
+    lines = ["| row | " + " | ".join(tasks) + " | mean | vs trunk | tasks above trunk |",
+             "|" + "---|" * (len(tasks) + 4)]
+    for name, row in rows.items():
+        above = sum(row[t] > trunk[t] for t in tasks)
+        label = f"**collective ({' + '.join(roster)})**" if name == "collective" else name
+        lines.append(f"| {label} | " + " | ".join(f"{row[t]:.4f}" for t in tasks)
+                     + f" | {row['mean']:.4f} | {row['mean'] - trunk['mean']:+.4f} | "
+                     + ("-" if name == "trunk" else f"{above}/{len(tasks)}") + " |")
+    return "\n".join(lines)
+
+
+def legacy_amoe_context(select, arms_json):
+    """amoe_context for a selection made before issue 40 (its metrics.json has no validation_against_sts8): the
+    card keeps the text of that build's own protocol until the next release replaces it. Delete with the legacy
+    branch of card.md's amoe block once records/captionbert-8192-v2 holds a newer selection."""
     selection = [{"arm_count": step["arm_count"], "candidate": name,
                   "validation": f"{trial['validation']['mean']:.4f}",
                   "control": f"{step['control']['validation']['mean']:.4f}",
@@ -246,7 +328,8 @@ def amoe_context(select, arms_json):
                   "verdict": step["verdict"] if name == step["best"] else "not best"}
                  for step in select["steps"]
                  for name, trial in sorted(step["candidates"].items(), key=lambda item: -item[1]["validation"]["mean"])]
-    context = {"shipped": select["shipped"] is not None, "table": amoe_table(select), "bar": f"{select['bar']:.4f}",
+    context = {"legacy": True, "shipped": select["shipped"] is not None, "table": legacy_amoe_table(select),
+               "bar": f"{select['bar']:.4f}",
                "selection": selection}
     if select["shipped"] is None:
         first = select["steps"][0]
@@ -275,9 +358,9 @@ def amoe_context(select, arms_json):
         "learning_rate": f"{training['learning_rate']:g}", "temperature": training["temperature"]}
 
 
-def amoe_section(select, arms_json):
+def amoe_section(select, arms_json, references=None):
     """The card's AMOE part alone: card.md's block `amoe`, rendered with amoe_context's values."""
-    return cards.render(CARD, block="amoe", amoe=amoe_context(select, arms_json))
+    return cards.render(CARD, block="amoe", amoe=amoe_context(select, arms_json, references))
 
 
 def card_context(metrics, extract_manifest, extraction, align_report, distill_metrics, distill_config, export,
@@ -343,7 +426,8 @@ def card_context(metrics, extract_manifest, extraction, align_report, distill_me
         "validation_cosine": f"{distill_metrics['final_validation_cosine']:.4f}",
         "training_minutes": distill_metrics["training_minutes"],
         "tokens_per_second": f"{train['tokens_per_second']:,.0f}",
-        "amoe": None if select is None else amoe_context(select, arms_json),
+        "amoe": None if select is None else amoe_context(select, arms_json, {
+            name: metrics[name] for name in (FOR_SCALE, teachers[0]["name"]) if name in metrics}),
         "consensus_erank": f"{align_report['consensus_erank_holdout']:.1f}", "dim": student["dim"],
         "shared_directions_all_teachers": align_report["shared_directions_all_teachers"],
         "erank": f"{student['erank']:.1f}", "erank_sts": f"{student['erank_sts']:.1f}",
@@ -359,8 +443,7 @@ def card_from_records(folder, root=runs.ROOT):
     select = arms_json = None
     if config["amoe"] is not None:
         select = runs.read_json(root / config["amoe"] / "metrics.json")
-        if select["shipped"] is not None:
-            arms_json = runs.read_json(root / config["amoe"] / "amoe" / "arms" / "ARMS.json")
+        arms_json = runs.read_json(root / config["amoe"] / "amoe" / "arms" / "ARMS.json")
     context = card_context(runs.read_json(root / config["eval"] / "metrics.json"),
                            runs.read_json(extract / "manifest.json"), runs.read_json(extract / "extraction.json"),
                            runs.read_json(align / "report.json"), runs.read_json(distill / "metrics.json"),
@@ -402,8 +485,8 @@ def main(argv=None):
         write_sentence_transformers_files(config.to)
         if (config.to / "amoe").exists():  # arms belong to one trunk: never leave another build's arms behind
             shutil.rmtree(config.to / "amoe")
-        arms = select is not None and select["shipped"] is not None
-        if arms:
+        arms = select is not None
+        if arms:  # the solo arms always, the collective when one ships
             shutil.copytree(config.amoe / "amoe", config.to / "amoe")
         exported = fresh_process_embeddings(config.to, amoe=arms, sentence_transformers=True, identity=True)
         trained = fresh_process_embeddings(final)
@@ -417,9 +500,19 @@ def main(argv=None):
                              f"{st_gap:.2e}, width {exported['sentence_transformers_dimension']})")
         print(f"it loads with SentenceTransformer (trust_remote_code=True) too: max gap to encode {st_gap:.1e}")
         if arms:
-            if exported["amoe_off"] != exported["embeddings"] or exported["roster"] != select["shipped"]["roster"]:
+            roster = select["shipped"]["roster"] if select["shipped"] else exported["roster"]
+            if exported["amoe_off"] != exported["embeddings"] or exported["roster"] != roster:
                 raise SystemExit(f"{config.to}: the shipped arms break the toggle law or the roster differs")
-            print(f"attach_amoe() loads the collective {exported['roster']}; amoe_off() equals the bare trunk exactly")
+            if select["shipped"] is None:
+                solo = sorted(runs.read_json(config.amoe / "amoe" / "arms" / "ARMS.json")["arms"])
+                if "no_collective" not in exported or not all(name in exported["no_collective"] for name in solo):
+                    raise SystemExit(f"{config.to}: with no collective, attach_amoe() must raise naming the solo "
+                                     f"arms {solo}")
+                print(f"attach_amoe() raises naming the solo arms {solo} (no collective ships); "
+                      f"attach_amoe({roster}) attaches one alone")
+            else:
+                print(f"attach_amoe() loads the collective {roster}")
+            print("amoe_off() equals the bare trunk exactly")
         export = {"parameters": exported["parameters"], "sentence_transformers_max_gap": st_gap,
                   "embedding_space": exported["embedding_space"],
                   "embedding_space_with_arms": exported.get("embedding_space_with_arms"),
@@ -433,7 +526,8 @@ def main(argv=None):
     if select is not None:
         shipped = "none cleared the bar" if select["shipped"] is None else " + ".join(select["shipped"]["roster"])
         print(f"\nAMOE arms on the trunk (shipped collective: {shipped})\n")
-        print(amoe_table(select))
+        reference = runs.read_json(config.extract / "manifest.json")["reference"]
+        print(amoe_table(select, {name: metrics[name] for name in (FOR_SCALE, reference) if name in metrics}))
     return 0
 
 

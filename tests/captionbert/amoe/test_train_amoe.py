@@ -5,6 +5,7 @@ import itertools
 import json
 import math
 import shutil
+from types import SimpleNamespace
 
 import pytest
 from safetensors import safe_open
@@ -44,20 +45,34 @@ def test_hard_negative_info_nce_matches_cross_entropy_over_positives_and_negativ
 
 # ---- data ----------------------------------------------------------------------------------------------------------
 
-def test_training_and_validation_pairs_never_hold_held_out_text(data_dir):
-    forbidden = corpus.held_out_texts(data_dir)
-    expected = {"paraphrase": "labelled", "equiv": "triples", "sts": "scored", "caption": "pairs"}
-    for name, kind in expected.items():
+def test_training_pairs_hold_no_held_out_and_no_validation_text(data_dir):
+    held_out = corpus.held_out_texts(data_dir)
+    validation = pairs.validation_sets(data_dir)
+    assert set(validation) == set(pairs.VALIDATION_SOURCES)
+    validation_texts = {corpus.normalised(t) for name, rows in validation.items() if name != "flickr8k-dev"
+                        for a, b, _ in rows for t in (a, b)}
+    validation_texts |= {corpus.normalised(c) for _, captions in validation["flickr8k-dev"] for c in captions[:2]}
+    assert not validation_texts & held_out
+    assert pairs.forbidden_texts(data_dir) == held_out | validation_texts
+    expected = {"paraphrase": ("labelled", "MRPC"), "equiv": ("triples", "SNLI"), "sts": ("scored", "STS-B"),
+                "caption": ("pairs", "Flickr8k")}
+    for name, (kind, source) in expected.items():
         data = pairs.load(name, data_dir)
-        assert data.kind == kind and len(data) > 500
-        texts = data.first + data.second + data.negative
-        assert not any(corpus.normalised(t) in forbidden for t in texts)
+        assert (data.kind, data.labelled_source) == (kind, source) and len(data) > 500
+        texts = {corpus.normalised(t) for t in data.first + data.second + data.negative}
+        assert not texts & held_out and not texts & validation_texts, name
     assert pairs.load("sts", data_dir).dropped_held_out > 4000  # STS-B train is mostly STS 2012-2016 test text
     assert set(pairs.load("paraphrase", data_dir).score) == {0.0, 1.0}
-    validation = pairs.validation_sets(data_dir)
     assert {name: len(rows) > 300 for name, rows in validation.items()} == dict.fromkeys(validation, True)
-    validation_texts = [t for rows in validation.values() for a, b, _ in rows for t in (a, b)]
-    assert not any(corpus.normalised(t) in forbidden for t in validation_texts)
+    assert 990 < len(validation["flickr8k-dev"]) < 1000  # the dev images, less 5 whose caption is also a test text
+
+
+def test_a_roster_is_never_judged_on_a_source_its_arms_train_on():
+    scores = {"stsb-dev": 0.9, "mrpc-test": 0.1, "snli-test": 0.5, "flickr8k-dev": 0.7}
+    assert pairs.validation_mean(scores, set()) == pytest.approx(0.55)
+    assert pairs.validation_mean(scores, {"STS-B"}) == pytest.approx((0.1 + 0.5 + 0.7) / 3)
+    assert pairs.validation_mean(scores, {"STS-B", "SNLI", ""}) == pytest.approx(0.4)  # "": teacher-labelled
+    assert pairs.validation_mean(scores, set(pairs.VALIDATION_SOURCES.values())) is None
 
 
 def test_tsv_pairs_kinds_and_errors(tmp_path, data_dir):
@@ -81,20 +96,56 @@ def test_tsv_pairs_kinds_and_errors(tmp_path, data_dir):
 
 # ---- greedy selection ----------------------------------------------------------------------------------------------
 
-def test_greedy_selection_compares_with_the_control_at_the_same_count_and_stops_at_the_bar():
-    value = {"equiv": 0.10, "paraphrase": 0.05, "sts": 0.004, amoe_train.CONTROL: 0.0}
+def toy_rosters(gains):
+    """evaluate_roster for greedy_selection: each arm adds its per-set gains to a trunk at .5 (the control adds
+    nothing), and the rosters asked for."""
     seen = []
 
-    def evaluate_roster(roster):  # additive toy scores: the control adds nothing
+    def evaluate_roster(roster):
         seen.append(list(roster))
-        return {"mean": 0.5 + sum(value[name] for name in roster)}, None
+        scores = {name: 0.5 + sum(gains.get(arm, {}).get(name, 0.0) for arm in roster)
+                  for name in pairs.VALIDATION_SOURCES}
+        return SimpleNamespace(validation=scores)
 
-    accepted, steps = amoe_train.greedy_selection(["sts", "paraphrase", "equiv"], evaluate_roster, bar=0.01)
+    return evaluate_roster, seen
+
+
+def test_greedy_selection_compares_with_the_control_at_the_same_count_and_stops_at_the_bar():
+    everywhere = dict.fromkeys(pairs.VALIDATION_SOURCES, 1.0)
+    gains = {"equiv": {k: 0.10 * v for k, v in everywhere.items()},
+             "paraphrase": {k: 0.05 * v for k, v in everywhere.items()},
+             "sts": {k: 0.004 * v for k, v in everywhere.items()}}
+    sources = {"equiv": "SNLI", "paraphrase": "MRPC", "sts": "STS-B"}
+    evaluate_roster, seen = toy_rosters(gains)
+    accepted, steps = amoe_train.greedy_selection(["sts", "paraphrase", "equiv"], evaluate_roster, 0.01, sources)
     assert accepted == ["equiv", "paraphrase"]
     assert [s["verdict"] for s in steps] == ["accepted", "accepted", "rejected"]  # sts gains .004 < bar .01
     assert ["equiv", amoe_train.CONTROL] in seen and ["equiv", "paraphrase", amoe_train.CONTROL] in seen
     assert steps[1]["margin"] == pytest.approx(0.05)
-    assert amoe_train.greedy_selection(["sts"], evaluate_roster, bar=0.01)[0] == []
+    assert amoe_train.greedy_selection(["sts"], evaluate_roster, 0.01, sources)[0] == []
+
+
+def test_an_arm_that_gains_only_on_its_own_source_is_not_selected():
+    # The shipped sts arm's pattern: a large gain on STS-B dev (its own training source), a loss elsewhere. Judged
+    # without its own source it loses to the control, and the arm that gains everywhere wins instead.
+    gains = {"sts": {"stsb-dev": 0.2, "mrpc-test": -0.01, "snli-test": -0.01, "flickr8k-dev": -0.01},
+             "teacher": dict.fromkeys(pairs.VALIDATION_SOURCES, 0.02)}
+    sources = {"sts": "STS-B", "teacher": ""}
+    evaluate_roster, _ = toy_rosters(gains)
+    accepted, steps = amoe_train.greedy_selection(["sts", "teacher"], evaluate_roster, 0.01, sources)
+    assert accepted == ["teacher"]
+    assert steps[0]["margins"]["sts"] == pytest.approx(-0.01)  # stsb-dev left out of its mean
+    assert amoe_train.greedy_selection(["sts"], evaluate_roster, 0.01, sources)[0] == []
+
+
+def test_never_worse_compares_the_collective_with_the_bare_trunk_on_the_same_sets():
+    trunk = {"stsb-dev": 0.80, "mrpc-test": 0.40, "snli-test": 0.60, "flickr8k-dev": 0.70}
+    collective = {"stsb-dev": 0.90, "mrpc-test": 0.40, "snli-test": 0.58, "flickr8k-dev": 0.70}
+    collective["mean"] = pairs.validation_mean(collective, {"STS-B"})
+    check = amoe_train.never_worse(trunk, collective, {"STS-B"}, bar=0.005)
+    assert check["gain"] == pytest.approx(-0.02 / 3) and not check["passed"]  # its STS-B dev gain does not count
+    collective["mean"] = pairs.validation_mean(collective, set())
+    assert amoe_train.never_worse(trunk, collective, set(), bar=0.005)["passed"]
 
 
 # ---- the tool end to end on a tiny trunk ---------------------------------------------------------------------------
@@ -124,7 +175,10 @@ def test_train_amoe_solo_dispatch_select_end_to_end(tiny_trunk, tmp_path, data_d
         for seed in (0, 1):
             assert amoe_train.main(solo_run(name, seed, solo / f"{name}-seed{seed}")) == 0
     record = json.loads((solo / "equiv-seed0" / "metrics.json").read_text())
-    assert record["status"] == "complete" and set(record["sts8"]) == {"BIOSSES", "STS-B", "mean"}
+    assert record["status"] == "complete"
+    assert set(record["sts8"]) == {"BIOSSES", "STS-B", "mean", "flickr8k_recall@1", "flickr8k_mrr", "flickr8k_images"}
+    assert set(record["validation"]) == {*pairs.VALIDATION_SOURCES, "mean"}
+    assert record["validation"]["mean"] == pytest.approx(pairs.validation_mean(record["validation"], {"SNLI"}))
     assert [point["step"] for point in record["history"]] == [10]  # log_every 10
     assert json.loads((solo / "equiv-seed0" / "run.json").read_text())["status"] == "ok"
     assert amoe_train.main(solo_run("equiv", 0, solo / "equiv-seed0")) == 0  # complete: skipped
@@ -170,10 +224,13 @@ def test_train_amoe_solo_dispatch_select_end_to_end(tiny_trunk, tmp_path, data_d
     assert model._amoe.dispatch.roster == ["equiv", "control", "sts"]
     model.detach_amoe()
 
-    # Arms on a random tiny trunk do not clear the seed-spread bar (the decision rule is tested above), so the
+    # Arms on a random tiny trunk do not clear the seed-spread bar (the decision rules are tested above), so the
     # selection here runs with no bar, to drive the whole shipping path: every comparison is still trained and scored.
-    real_selection = amoe_train.greedy_selection
-    monkeypatch.setattr(amoe_train, "greedy_selection", lambda names, score, bar: real_selection(names, score, -1.0))
+    real_selection, real_never_worse = amoe_train.greedy_selection, amoe_train.never_worse
+    monkeypatch.setattr(amoe_train, "greedy_selection",
+                        lambda names, score, bar, sources: real_selection(names, score, -1.0, sources))
+    monkeypatch.setattr(amoe_train, "never_worse",
+                        lambda trunk, collective, sources, bar: real_never_worse(trunk, collective, sources, -1.0))
     selected = tmp_path / "select"
     assert amoe_train.main(["select", "--solo", str(solo), "--candidates", "equiv", "sts", "--out", str(selected),
                             "--tau-sweep", "0.05", "--steps", "3", *common]) == 0
@@ -209,18 +266,56 @@ def test_train_amoe_solo_dispatch_select_end_to_end(tiny_trunk, tmp_path, data_d
     cells = {cell.strip() for line in card.splitlines() if line.startswith("|") for cell in line.split("|")}
     assert not cells & {"None", "nan"}
 
+    diagnostic = record["validation_against_sts8"]
+    assert [(row["candidate"], row["seed"]) for row in diagnostic["solo"]] == [
+        ("equiv", 0), ("equiv", 1), ("sts", 0), ("sts", 1)]
+    assert -1 <= diagnostic["spearman_solo"] <= 1 and len(diagnostic["rosters"]) == 3  # 2 at A=1, 1 at A=2
+    assert {"flickr8k_recall@1", "flickr8k_mrr"} <= set(record["rows"]["collective"])
+
     # A selection where no candidate clears the bar is a result, not a failure: the run completes, records every
-    # comparison, writes no amoe/ library, and the card's section says no collective ships and why.
+    # comparison, ships the solo arms without a collective, and the card's section says so and why.
     monkeypatch.setattr(amoe_train, "greedy_selection",
-                        lambda names, score, bar: real_selection(names, score, math.inf))
+                        lambda names, score, bar, sources: real_selection(names, score, math.inf, sources))
     rejected = tmp_path / "select-rejected"
     assert amoe_train.main(["select", "--solo", str(solo), "--candidates", "equiv", "sts", "--out", str(rejected),
                             "--steps", "3", *common]) == 0
     record = json.loads((rejected / "metrics.json").read_text())
-    assert record["shipped"] is None and not (rejected / "amoe").exists()
+    assert record["shipped"] is None and "no arm beat the untrained control" in record["reason"]
     assert [step["verdict"] for step in record["steps"]] == ["rejected"]
     assert set(record["rows"]) == {"trunk", "solo equiv", "solo sts"}
-    card = captionbert_export.amoe_section(record, None)
+    assert not list((rejected / "amoe").glob("*/dispatch.safetensors"))
+    assert json.loads((rejected / "amoe" / "arms" / "ARMS.json").read_text())["roster"] is None
+    card = captionbert_export.amoe_section(record, json.loads((rejected / "amoe" / "arms" / "ARMS.json").read_text()))
     assert "**No collective ships with this build.**" in card and f"{record['bar']:.4f}" in card
     assert f"{record['steps'][0]['margin_over_control']:+.4f}" in card
     assert f"{record['rows']['solo sts']['mean']:.4f}" in card
+
+    # Such a folder: attach_amoe() raises naming its solo arms, and one arm attaches alone under its solo routing.
+    folder = tmp_path / "hub-no-collective"
+    shutil.copytree(tiny_trunk, folder)
+    shutil.copytree(rejected / "amoe", folder / "amoe")
+    loaded = captionbert_export.fresh_process_embeddings(folder, amoe=True)
+    assert "ships no collective" in loaded["no_collective"]
+    assert "equiv" in loaded["no_collective"] and "sts" in loaded["no_collective"]
+    assert loaded["roster"] == ["equiv"] and loaded["amoe_off"] == loaded["embeddings"]
+    assert loaded["amoe"] != loaded["embeddings"]
+
+
+@pytest.mark.slow
+def test_select_ships_no_collective_when_every_candidate_is_worse_than_the_trunk(tiny_trunk, tmp_path, data_dir):
+    """Never worse by default, on a real run: arms trained at a learning rate that wrecks the trunk's embeddings
+    score below it on validation, and select, with its measured bar, ships none of them."""
+    common = ["--model", str(tiny_trunk), "--data-dir", str(data_dir), "--batch-size", "16",
+              "--tasks", "BIOSSES", "--validation-rows", "150"]
+    for name in ("equiv", "sts"):
+        for seed in (0, 1):
+            assert amoe_train.main(["solo", "--data", name, "--seed", str(seed), "--steps", "12", "--learning-rate",
+                                    "1.0", "--out", str(tmp_path / "solo" / f"{name}-seed{seed}"), *common]) == 0
+    out = tmp_path / "select"
+    assert amoe_train.main(["select", "--solo", str(tmp_path / "solo"), "--candidates", "equiv", "sts",
+                            "--steps", "3", "--out", str(out), *common]) == 0
+    record = json.loads((out / "metrics.json").read_text())
+    first = record["steps"][0]
+    assert all(trial["margin_over_control"] < 0 for trial in first["candidates"].values())  # worse than the trunk
+    assert record["shipped"] is None and first["verdict"] == "rejected"
+    assert not list((out / "amoe").glob("*/dispatch.safetensors"))

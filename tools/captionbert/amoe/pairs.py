@@ -1,24 +1,28 @@
 """Labelled sentence pairs from ../shared/data for training AMOE arms, and the validation suite that judges them.
 
-Training sets (`load(name, data_dir)`; the name may also be a TSV file of pairs):
-    paraphrase  MRPC train: Quality 1 pairs are positives, Quality 0 pairs their hard negatives  (kind "labelled")
+Training sets (`load(name, data_dir)`; the name may also be a TSV file of pairs), each with the labelled source it fits:
+    paraphrase  MRPC train: Quality 1 pairs are positives, Quality 0 pairs their hard negatives  (kind "labelled", MRPC)
     equiv       SNLI dev: premise -> entailment hypothesis, with the contradiction hypothesis of the same premise
-                as its hard negative                                                             (kind "triples")
-    sts         STS Benchmark train, gold scores 0-5                                             (kind "scored")
-    caption     Flickr8k train images: captions 1+2 and 3+4 of each image are positive pairs     (kind "pairs")
+                as its hard negative                                                        (kind "triples", SNLI)
+    sts         STS Benchmark train, gold scores 0-5                                        (kind "scored", STS-B)
+    caption     Flickr8k train images: captions 1+2 and 3+4 of each image are positive pairs (kind "pairs", Flickr8k)
     <folder>    a tools/captionbert/extract.py folder: each corpus text of at most EMBEDDED_MAX_WORDS words with
-                the reference teacher's embedding of it, named "teacher"                       (kind "embedded")
+                the reference teacher's embedding of it, named "teacher"   (kind "embedded", labelled by the teacher)
     <file.tsv>  text1<TAB>text2 ("pairs"), text1<TAB>text2<TAB>number ("scored") or
-                text1<TAB>text2<TAB>hard negative ("triples"), no header
+                text1<TAB>text2<TAB>hard negative ("triples"), no header; no labelled source of the suite (the
+                silver pairs are scored by a teacher)
 Validation suite (`validation_sets`), never trained on and disjoint from every STS-8 test sentence:
-    stsb-dev    STS Benchmark dev, gold scores
-    mrpc-test   MRPC test, label 0/1
-    snli-test   the first 2,000 usable rows of SNLI test, label entailment 2 / neutral 1 / contradiction 0
-Its score is the mean Spearman of cosine vs label over the three (tools/sts.score).
+    stsb-dev      STS Benchmark dev, gold scores: Spearman of cosine                                       (STS-B)
+    mrpc-test     MRPC test, label 0/1: Spearman of cosine                                                 (MRPC)
+    snli-test     the first 2,000 usable rows of SNLI test, entailment 2 / neutral 1 / contradiction 0    (SNLI)
+    flickr8k-dev  the Flickr8k dev images: each image's first caption finds its second among all the
+                  images' second captions; MRR (tools/sts.same_image_retrieval)                          (Flickr8k)
+An arm is never judged on data from a source it trained on: `validation_mean` averages only the sets whose source no
+arm of the roster trains on (the sts arm is judged without stsb-dev, a roster with equiv without snli-test).
 
-Every row that holds a held-out text (tools/corpus.held_out_texts: any STS-8 test sentence or Flickr8k test
-caption, compared in normalised form) is dropped and counted: STS-B train and dev reuse STS 2012-2016 test text,
-so most of their rows go.
+Every training row that holds a held-out text (tools/corpus.held_out_texts: any STS-8 test sentence or Flickr8k test
+caption, compared in normalised form) or any text of the validation suite is dropped and counted: STS-B train and
+dev reuse STS 2012-2016 test text, so most of their rows go.
 """
 
 import csv
@@ -31,6 +35,8 @@ from safetensors.numpy import load_file
 from tools import corpus, runs, sts
 
 TRAINING_SETS = ("paraphrase", "equiv", "sts", "caption")
+TRAINING_SOURCES = {"paraphrase": "MRPC", "equiv": "SNLI", "sts": "STS-B", "caption": "Flickr8k"}
+VALIDATION_SOURCES = {"stsb-dev": "STS-B", "mrpc-test": "MRPC", "snli-test": "SNLI", "flickr8k-dev": "Flickr8k"}
 EMBEDDED_MAX_WORDS = 40  # longer corpus texts would be cut at the arms' 64 tokens, unlike their teacher embedding
 VALIDATION_SNLI_ROWS = 2000
 SNLI_ORDINAL = {"entailment": 2.0, "neutral": 1.0, "contradiction": 0.0}
@@ -50,19 +56,20 @@ class PairSet:
     negative: list[str] = field(default_factory=list)  # "triples" only
     score: list[float] = field(default_factory=list)  # "scored" and "labelled" only
     target: np.ndarray | None = None  # "embedded" only: (rows, D) float32 unit teacher embeddings of `first`
-    dropped_held_out: int = 0
+    labelled_source: str = ""  # the validation suite's source whose labels or pairings it fits ("" = none of them)
+    dropped_held_out: int = 0  # rows dropped for holding a held-out or validation text
 
     def __len__(self):
         return len(self.first)
 
     def summary(self):
         return {"name": self.name, "kind": self.kind, "source": self.source, "rows": len(self),
-                "dropped_held_out": self.dropped_held_out}
+                "labelled_source": self.labelled_source, "dropped_held_out": self.dropped_held_out}
 
 
-def _filtered(name, kind, source, rows, forbidden):
-    """A PairSet of `rows` (tuples whose text fields come first) without the rows that hold a held-out text."""
-    pairs = PairSet(name, kind, source)
+def _filtered(name, kind, source, rows, forbidden, labelled_source=""):
+    """A PairSet of `rows` (tuples whose text fields come first) without the rows that hold a forbidden text."""
+    pairs = PairSet(name, kind, source, labelled_source=labelled_source)
     for row in rows:
         texts = row[:3] if kind == "triples" else row[:2]
         if any(corpus.normalised(t) in forbidden for t in texts):
@@ -75,7 +82,8 @@ def _filtered(name, kind, source, rows, forbidden):
         elif kind != "pairs":
             pairs.score.append(float(row[2]))
     if not pairs.first:
-        raise ValueError(f"{name}: no rows left after dropping held-out text ({pairs.dropped_held_out} dropped)")
+        raise ValueError(f"{name}: no rows left after dropping held-out and validation text "
+                         f"({pairs.dropped_held_out} dropped)")
     return pairs
 
 
@@ -98,15 +106,8 @@ def _stsb(data_dir, split):
 
 def _flickr8k_train_pairs(data_dir):
     """Two disjoint caption pairs per Flickr8k train image (captions #0 + #1 and #2 + #3), in file order."""
-    flickr = data_dir / "captions" / "flickr8k"
-    train_images = set((flickr / "Flickr_8k.trainImages.txt").read_text().split())
-    captions = {}
-    for line in (flickr / "Flickr8k.token.txt").read_text(encoding="utf-8").splitlines():
-        key, caption = line.split("\t", 1)
-        image, index = key.split("#")
-        if image in train_images:
-            captions.setdefault(image, {})[index] = caption
-    return [(c[a], c[b]) for c in captions.values() for a, b in (("0", "1"), ("2", "3")) if a in c and b in c]
+    return [(c[a], c[b]) for c in sts.flickr8k_captions(data_dir, "train").values() for a, b in ((0, 1), (2, 3))
+            if b < len(c)]
 
 
 def load_embeddings(extract, teacher):
@@ -121,7 +122,8 @@ def load_embeddings(extract, teacher):
 
 
 def _extraction(folder, forbidden):
-    """The "teacher" PairSet of an extraction folder: its short corpus texts and the reference teacher's embeddings."""
+    """The "teacher" PairSet of an extraction folder: its short corpus texts and the reference teacher's embeddings,
+    without the forbidden texts."""
     manifest = runs.read_json(folder / "manifest.json")
     teacher = next(t for t in manifest["teachers"] if t["name"] == manifest["reference"])
     texts = corpus.read_texts(folder / manifest["corpus"]["file"])
@@ -156,21 +158,34 @@ def _tsv(path):
         return "triples", rows
 
 
+def forbidden_texts(data_dir):
+    """Normalised texts no arm trains on: every held-out text (tools/corpus.held_out_texts) and every text of the
+    validation suite."""
+    validation = _validation_rows(Path(data_dir))
+    captions = validation.pop("flickr8k-dev")
+    texts = [text for rows in validation.values() for row in rows for text in row[:2]]
+    texts += [caption for _, image_captions in captions for caption in image_captions[:2]]
+    return corpus.held_out_texts(data_dir) | {corpus.normalised(text) for text in texts}
+
+
 def load(name, data_dir):
-    """The training PairSet `name` (TRAINING_SETS, a .tsv path or an extraction folder), held-out text dropped."""
+    """The training PairSet `name` (TRAINING_SETS, a .tsv path or an extraction folder), without the rows that hold
+    a held-out or validation text."""
     data_dir = Path(data_dir)
-    forbidden = corpus.held_out_texts(data_dir)
+    forbidden = forbidden_texts(data_dir)
+    source = TRAINING_SOURCES.get(name, "")
     if name == "paraphrase":
         return _filtered(name, "labelled", "MRPC train (Quality 1 positives, Quality 0 hard negatives)",
-                         _mrpc(data_dir, "train"), forbidden)
+                         _mrpc(data_dir, "train"), forbidden, source)
     if name == "equiv":
         return _filtered(name, "triples", "SNLI dev (entailment positives, contradiction hard negatives)",
-                         _snli_triples(_snli(data_dir, "dev")), forbidden)
+                         _snli_triples(_snli(data_dir, "dev")), forbidden, source)
     if name == "sts":
-        return _filtered(name, "scored", "STS Benchmark train (gold scores)", _stsb(data_dir, "train"), forbidden)
+        return _filtered(name, "scored", "STS Benchmark train (gold scores)", _stsb(data_dir, "train"), forbidden,
+                         source)
     if name == "caption":
         return _filtered(name, "pairs", "Flickr8k train (two captions of one image)", _flickr8k_train_pairs(data_dir),
-                         forbidden)
+                         forbidden, source)
     path = Path(name)
     if (path / "manifest.json").is_file():
         return _extraction(path, forbidden)
@@ -183,15 +198,31 @@ def load(name, data_dir):
                      "extraction folder (tools/captionbert/extract.py)")
 
 
-def validation_sets(data_dir, rows=0):
-    """{name: [(sentence1, sentence2, gold)]}: the suite that selects arms, in tools/sts.score's format.
-    rows: keep the first `rows` of each set (0 = all)."""
-    data_dir = Path(data_dir)
+def _validation_rows(data_dir):
+    """{name: rows} of the whole validation suite, held-out text removed: (sentence1, sentence2, gold) for the
+    Spearman sets, (image, [captions]) for flickr8k-dev."""
     forbidden = corpus.held_out_texts(data_dir)
     snli = [(p, h, SNLI_ORDINAL[label]) for p, h, label in _snli(data_dir, "test") if label in SNLI_ORDINAL]
     sets = {"stsb-dev": _filtered("stsb-dev", "scored", "", _stsb(data_dir, "dev"), forbidden),
             "mrpc-test": _filtered("mrpc-test", "scored", "", _mrpc(data_dir, "test"), forbidden),
             "snli-test": _filtered("snli-test", "scored", "", snli, forbidden)}
-    limits = {name: VALIDATION_SNLI_ROWS if name == "snli-test" else len(s) for name, s in sets.items()}
-    return {name: list(zip(s.first, s.second, s.score))[:min(limits[name], rows or limits[name])]
-            for name, s in sets.items()}
+    rows = {name: list(zip(s.first, s.second, s.score)) for name, s in sets.items()}
+    rows["snli-test"] = rows["snli-test"][:VALIDATION_SNLI_ROWS]
+    rows["flickr8k-dev"] = [(image, captions) for image, captions in sts.flickr8k_captions(data_dir, "dev").items()
+                            if not any(corpus.normalised(c) in forbidden for c in captions[:2])]
+    return rows
+
+
+def validation_sets(data_dir, rows=0):
+    """{name: rows}: the suite that selects arms (VALIDATION_SOURCES names each set's source). Spearman sets hold
+    (sentence1, sentence2, gold) in tools/sts.score's format; flickr8k-dev holds (image, [its captions]).
+    rows: keep the first `rows` of each set (0 = all)."""
+    return {name: found[:rows or len(found)] for name, found in _validation_rows(Path(data_dir)).items()}
+
+
+def validation_mean(scores, trained_sources):
+    """The mean of a roster's validation scores over the sets whose source none of its arms trains on
+    (trained_sources: the roster's PairSet.labelled_source values); None when every set is excluded."""
+    kept = [scores[name] for name, source in VALIDATION_SOURCES.items()
+            if name in scores and source not in trained_sources]
+    return float(np.mean(kept)) if kept else None

@@ -9,7 +9,8 @@ Usage (the embedded default, as `make demo` runs it; the trunk is captionbert-81
     python -m tools.captionbert.amoe.train select --solo runs/demo/amoe/solo --candidates paraphrase equiv sts \\
         --out runs/demo/amoe/select
 A finished run (its metrics.json says "complete") is skipped when the same command runs again (another command on
-its folder is refused; delete the folder to retrain); a killed solo run resumes from its last checkpoint. The maths of arms and dispatch is ../shared/specs/amoe.md (shared_modeling/amoe.py).
+its folder is refused; delete the folder to retrain); a killed solo run resumes from its last checkpoint. The maths
+of arms and dispatch is the AMOE spec (shared_modeling/amoe.py).
 
 solo      one arm and its one routing key (a one-arm dispatch, weight tanh(u)) on one pair dataset
           (tools/captionbert/amoe/pairs.py), trunk frozen in eval mode, pure Adam (lr 1e-3, wd 0), fp32 with TF32 off.
@@ -28,13 +29,17 @@ dispatch  only the routing keys of a roster train (arms frozen): each step draws
           Rows of arms with a solo run start from their solo routing keys.
 select    greedy forward selection over solo arms (seed 0 is the arm; seed 1 measures the spread). At arm count A,
           every candidate joins the accepted roster under a trained dispatch and is compared with an untrained
-          control arm in its place (same A, same training); the best is accepted only if it beats the control by
-          more than the bar = the largest two-seed spread of the candidates' solo validation scores. The run ships
-          out/amoe/ (every candidate arm, ARMS.json, <collective>/dispatch.safetensors), scores trunk, collective
-          and control on STS-8, and sweeps the dispatch tau (.10/.05/.02) on STS-B. When no candidate clears the
-          bar at A=1, no collective ships: metrics.json records the comparisons with "shipped": null, there is no
-          out/amoe/, and tools/captionbert/export.py ships the trunk alone (its card says why).
-All decisions use the validation suite (STS-B dev, MRPC test, SNLI test, held-out text removed), never STS-8.
+          control arm in its place (same A, same training); the best margin over the control is accepted only if
+          it beats the bar = the largest two-seed spread of the candidates' solo validation means. Never worse by
+          default: the collective ships only if it also beats the bare trunk on validation by more than the bar.
+          The run writes out/amoe/: every candidate arm (arms/), each one's solo routing (routing/<arm>), ARMS.json
+          and, when one ships, <collective>/dispatch.safetensors; with none, attach_amoe() raises naming the solo
+          arms and attach_amoe(["<arm>"]) attaches one alone. It scores trunk, every roster tried, collective and
+          control on STS-8 and the Flickr8k gauge (a diagnostic: validation gain against STS-8 gain and their rank
+          correlation), and sweeps the dispatch tau (.10/.05/.02) on STS-B.
+Validation (tools/captionbert/amoe/pairs.py: STS-B dev, MRPC test, SNLI test, Flickr8k dev same-image retrieval; no
+held-out text) makes every decision, never STS-8; a roster's mean leaves out the sets from the sources its arms train
+on, so no arm is judged on its own source. No training row holds a held-out or validation text.
 """
 
 import argparse
@@ -50,6 +55,7 @@ from pathlib import Path
 import numpy as np
 import torch
 import torch.nn.functional as F
+from scipy.stats import spearmanr
 from torch.utils.tensorboard import SummaryWriter
 from tqdm.auto import tqdm
 from transformers import AutoModel
@@ -294,17 +300,26 @@ class RoutingMonitor:
 
 # ---- scoring ---------------------------------------------------------------------------------------------------------
 
-def validation_score(model, validation):
-    """tools/sts.score on the validation suite: Spearman per set and their mean."""
-    result = sts.score(model, validation, [])
-    return {name: result[name] for name in (*validation, "mean")}
+def validation_score(model, validation, trained_sources):
+    """Every set of the validation suite (tools/captionbert/amoe/pairs.py): Spearman of cosine for the scored sets,
+    same-image MRR for flickr8k-dev, and "mean" over the sets from sources outside trained_sources (the labelled
+    sources the scored arms train on: none of them is judged on its own source)."""
+    scored = {name: rows for name, rows in validation.items() if name != "flickr8k-dev"}
+    result = sts.score(model, scored, [])
+    scores = {name: result[name] for name in scored}
+    if "flickr8k-dev" in validation:
+        scores["flickr8k-dev"] = sts.same_image_retrieval(model, dict(validation["flickr8k-dev"]))["mrr"]
+    return scores | {"mean": pairs.validation_mean(scores, trained_sources)}
 
 
 def sts8_score(model, config):
-    """Spearman per STS-8 task (config.tasks) and their mean."""
+    """Spearman per STS-8 task (config.tasks) and their mean, and the in-domain gauge: same-image retrieval on the
+    Flickr8k test captions (flickr8k_recall@1, flickr8k_mrr among flickr8k_images; tools/sts.same_image_retrieval)."""
     task_pairs = {task: sts.load_task(config.data_dir, task) for task in config.tasks}
     result = sts.score(model, task_pairs, [])
-    return {name: result[name] for name in (*config.tasks, "mean")}
+    gauge = sts.same_image_retrieval(model, sts.flickr8k_captions(config.data_dir, "test"))
+    return {name: result[name] for name in (*config.tasks, "mean")} | {
+        "flickr8k_recall@1": gauge["recall@1"], "flickr8k_mrr": gauge["mrr"], "flickr8k_images": gauge["images"]}
 
 
 def finished(out):
@@ -340,7 +355,7 @@ def train_solo(config):
                                      warmup_steps=0, decay="constant")
         monitor.close()
         print("scoring the arm on the validation suite" + (" and STS-8" if config.sts8 else ""))
-        scores = {"validation": validation_score(model, validation)}
+        scores = {"validation": validation_score(model, validation, {data.labelled_source})}
         if config.sts8:
             scores["sts8"] = sts8_score(model, config)
     writer.close()
@@ -451,7 +466,8 @@ def run_dispatch(config):
     writer.close()
     with attached(model, arms, dispatch):
         validation = pairs.validation_sets(config.data_dir, config.validation_rows)
-        record["validation"] = validation_score(model, validation)
+        record["validation"] = validation_score(model, validation,
+                                                {stream.labelled_source for stream in streams.values()})
     for name, arm in arms.items():
         save_arm(config.out / "amoe" / "arms" / f"{name}.safetensors", arm, name, trunk_id, {})
     save_dispatch(config.out / "amoe" / config.collective / "dispatch.safetensors", dispatch, trunk_id)
@@ -460,22 +476,55 @@ def run_dispatch(config):
 
 # ---- select ----------------------------------------------------------------------------------------------------------
 
-def greedy_selection(candidates, evaluate_roster, bar):
+@dataclass
+class Candidate:
+    """A candidate arm of the selection: its seed-0 solo run (the arm that ships) and the seed-1 run beside it."""
+    arm: Arm
+    dispatch: Dispatch  # its one-arm solo dispatch (the routing key collectives start from)
+    data: pairs.PairSet  # its training stream
+    config: dict  # the seed-0 solo run's config.json
+    seeds: list  # the solo metrics.json of seeds 0 and 1
+
+    @property
+    def spread(self):
+        """Its two-seed spread of the solo validation mean."""
+        return abs(self.seeds[0]["validation"]["mean"] - self.seeds[1]["validation"]["mean"])
+
+
+@dataclass
+class Trial:
+    """One roster under a freshly trained dispatch: its validation scores (per set, and "mean" over the sets none of
+    its arms trains on), its STS-8 (a diagnostic the decisions never read), the dispatch and its training record."""
+    roster: list
+    validation: dict
+    sts8: dict
+    dispatch: Dispatch
+    record: dict
+
+
+def greedy_selection(candidates, evaluate_roster, bar, sources):
     """Greedy forward selection (ACCEPTED, STEPS). At arm count A every remaining candidate joins the accepted
-    roster, and so does the untrained control in its place; evaluate_roster(roster) -> (scores with a "mean", ...).
-    The best candidate is accepted only if its mean beats the control's by more than `bar`; the first step where
-    none does ends the search (it is recorded too)."""
+    roster, and so does the untrained control in its place; evaluate_roster(roster) -> a Trial. A candidate's margin
+    is its roster's validation mean minus the control's, both over the sets whose source no arm of the candidate's
+    roster trains on (sources: {candidate: the labelled source it trains on}), so no arm is judged on its own
+    source. The best margin is accepted only if it beats `bar`; the first step where none does ends the search (it is
+    recorded too). A candidate whose roster leaves no validation set is never accepted."""
     accepted, steps, remaining = [], [], list(candidates)
     while remaining:
         control = evaluate_roster(accepted + [CONTROL])
         trials = {name: evaluate_roster(accepted + [name]) for name in remaining}
-        best = max(trials, key=lambda name: trials[name][0]["mean"])
-        margin = trials[best][0]["mean"] - control[0]["mean"]
-        verdict = "accepted" if margin > bar else "rejected"
+        margins = {}
+        for name, trial in trials.items():
+            trained = {sources[member] for member in accepted + [name]}
+            mean = pairs.validation_mean(trial.validation, trained)
+            margins[name] = -math.inf if mean is None else mean - pairs.validation_mean(control.validation, trained)
+        best = max(margins, key=margins.get)
+        verdict = "accepted" if margins[best] > bar else "rejected"
         steps.append({"arm_count": len(accepted) + 1, "roster_before": list(accepted), "control": control,
-                      "trials": trials, "best": best, "margin": margin, "verdict": verdict})
-        print(f"A={len(accepted) + 1}: best {best} {trials[best][0]['mean']:.4f} vs control "
-              f"{control[0]['mean']:.4f} (margin {margin:+.4f}, bar {bar:.4f}): {verdict}")
+                      "trials": trials, "margins": margins, "best": best, "margin": margins[best],
+                      "verdict": verdict})
+        print(f"A={len(accepted) + 1}: best {best} (margin over the control {margins[best]:+.4f}, bar {bar:.4f}): "
+              f"{verdict}")
         if verdict == "rejected":
             break
         accepted.append(best)
@@ -492,59 +541,81 @@ def select(config):
         if seeds[0][0] != name:
             raise SystemExit(f"{config.solo / f'{name}-seed0'} trained arm {seeds[0][0]!r}, not {name!r}")
         solo_config = runs.read_json(config.solo / f"{name}-seed0" / "config.json")
-        members[name] = {"arm": seeds[0][1], "dispatch": seeds[0][2], "metrics": seeds[0][3],
-                         "config": solo_config,
-                         "data": pairs.load(solo_config["data"], config.data_dir),
-                         "spread": abs(seeds[0][3]["validation"]["mean"] - seeds[1][3]["validation"]["mean"])}
-    bar = max(m["spread"] for m in members.values())
+        if any("sts8" not in seed[3] for seed in seeds):
+            raise SystemExit(f"{name}: every solo run of a candidate scores STS-8 (the validation-against-test "
+                             "diagnostic); a run made with --no-sts8 cannot be selected")
+        members[name] = Candidate(arm=seeds[0][1], dispatch=seeds[0][2], config=solo_config,
+                                  data=pairs.load(solo_config["data"], config.data_dir),
+                                  seeds=[seed[3] for seed in seeds])
+    sources = {name: member.data.labelled_source for name, member in members.items()}
+    bar = max(member.spread for member in members.values())
     print(f"bar (largest two-seed spread of the solo validation means): {bar:.4f}")
     print("scoring the bare trunk")
-    trunk = {"validation": validation_score(model, validation), "sts8": sts8_score(model, config)}
+    trunk = {"validation": validation_score(model, validation, set()), "sts8": sts8_score(model, config)}
     control_arm = fresh_arm(model, config.seed + 1000)
     writer = SummaryWriter(str(config.out / "tensorboard"))
 
-    def collective(roster, tau=TAU):
-        """(validation scores, dispatch, training record) of `roster` under a freshly trained dispatch."""
-        arms = {name: (control_arm if name == CONTROL else members[name]["arm"]) for name in roster}
-        streams = {name: members[name]["data"] for name in roster if name != CONTROL}
-        dispatch = build_collective(model, members, roster, config.seed, tau)
+    def train_roster(roster, tau=TAU):
+        """(arms, dispatch, training record) of `roster` under a freshly trained dispatch."""
+        arms = {name: (control_arm if name == CONTROL else members[name].arm) for name in roster}
+        streams = {name: members[name].data for name in roster if name != CONTROL}
+        dispatch = build_collective(model, {name: {"dispatch": m.dispatch} for name, m in members.items()}, roster,
+                                    config.seed, tau)
         if roster == [CONTROL]:  # an inert arm alone: nothing to route, the trunk itself
             record = {"roster": roster, "steps_run": 0, "alarms": [], "stopped": None, "final_routing": None}
         elif len(roster) == 1 and tau == TAU:  # a solo arm keeps its solo routing key (trained at TAU)
             record = {"roster": roster, "steps_run": 0, "alarms": [], "stopped": None,
-                      "final_routing": {"amplitude_budget": members[roster[0]]["metrics"]["history"][-1][
+                      "final_routing": {"amplitude_budget": members[roster[0]].seeds[0]["history"][-1][
                           "amplitude_budget"]}}
         else:
             record = train_dispatch(model, arms, streams, dispatch, config, writer)
-        with attached(model, arms, dispatch):
-            scores = validation_score(model, validation)
-        return scores, dispatch, record
+        return arms, dispatch, record
 
-    accepted, trials = greedy_selection(config.candidates, collective, bar)
+    def evaluate_roster(roster):
+        """The Trial of `roster`: trained, then scored on validation and (the diagnostic) STS-8."""
+        arms, dispatch, record = train_roster(roster)
+        if roster == [CONTROL]:
+            return Trial(roster, trunk["validation"], trunk["sts8"], dispatch, record)
+        with attached(model, arms, dispatch):
+            scores = validation_score(model, validation, {sources[name] for name in roster if name != CONTROL})
+            diagnostic = sts8_score(model, config)
+        return Trial(roster, scores, diagnostic, dispatch, record)
+
+    accepted, trials = greedy_selection(config.candidates, evaluate_roster, bar, sources)
     steps = [{"arm_count": step["arm_count"], "roster_before": step["roster_before"], "bar": bar,
-              "control": {"validation": step["control"][0], **_brief(step["control"][2])},
-              "candidates": {name: {"validation": t[0], **_brief(t[2])} for name, t in step["trials"].items()},
+              "control": {"validation": step["control"].validation, "sts8": step["control"].sts8,
+                          **_brief(step["control"].record)},
+              "candidates": {name: {"validation": trial.validation, "sts8": trial.sts8,
+                                    "margin_over_control": step["margins"][name], **_brief(trial.record)}
+                             for name, trial in step["trials"].items()},
               "best": step["best"], "margin_over_control": step["margin"], "verdict": step["verdict"]}
              for step in trials]
-    solo_rows = {f"solo {name}": m["metrics"]["sts8"] for name, m in members.items()}
-    if not accepted:  # a measured outcome, not a failure: the export ships the trunk alone and its card says why
-        writer.close()
-        print("no arm beat the untrained control by more than the bar: no collective ships")
-        return {"status": "complete", "trunk_hash": trunk_id, "bar": bar, "steps": steps, "shipped": None,
-                "rows": {"trunk": trunk["sts8"], **solo_rows}, "trunk_validation": trunk["validation"],
-                "tau_sweep": []}
-    final = trials[len(accepted) - 1]
-    shipped = {"roster": accepted, "dispatch": final["trials"][final["best"]][1],
-               "record": final["trials"][final["best"]][2], "control_roster": accepted[:-1] + [CONTROL],
-               "control_dispatch": final["control"][1]}
+    solo_rows = {f"solo {name}": member.seeds[0]["sts8"] for name, member in members.items()}
+    record = {"status": "complete", "trunk_hash": trunk_id, "bar": bar, "steps": steps,
+              "trunk_validation": trunk["validation"], "validation_against_sts8": validation_against_sts8(
+                  members, sources, trunk, steps), "tau_sweep": []}
 
+    final = trials[len(accepted) - 1]["trials"][accepted[-1]] if accepted else None
+    trunk_check = None if final is None else never_worse(trunk["validation"], final.validation,
+                                                        {sources[name] for name in accepted}, bar)
+    record["trunk_check"] = trunk_check
     library = config.out / "amoe"
-    for name, member in members.items():
-        save_arm(library / "arms" / f"{name}.safetensors", member["arm"], name, trunk_id,
-                 {"data": member["data"].summary(), "seed": 0})
-    save_dispatch(library / config.collective / "dispatch.safetensors", shipped["dispatch"], trunk_id)
+    for name, member in members.items():  # the solo arms ship whether or not a collective does
+        save_arm(library / "arms" / f"{name}.safetensors", member.arm, name, trunk_id,
+                 {"data": member.data.summary(), "seed": 0})
+        save_dispatch(library / "routing" / f"{name}.safetensors", member.dispatch, trunk_id)
+    if not (trunk_check and trunk_check["passed"]):  # a measured outcome, not a failure: the card says why
+        writer.close()
+        reason = ("no arm beat the untrained control by more than the bar" if final is None else
+                  f"the collective {accepted} beats the bare trunk on validation by {trunk_check['gain']:+.4f}, "
+                  f"not more than the bar {bar:.4f}")
+        print(f"{reason}: no collective ships")
+        write_arms_json(library, members, steps, None, trunk_id, config)
+        return record | {"shipped": None, "reason": reason, "rows": {"trunk": trunk["sts8"], **solo_rows}}
+    control = trials[len(accepted) - 1]["control"]
+    save_dispatch(library / config.collective / "dispatch.safetensors", final.dispatch, trunk_id)
 
-    print(f"scoring the shipped collective {shipped['roster']} and its control on STS-8")
+    print(f"scoring the shipped collective {accepted} and its control on STS-8")
     # Scored from the files just written (format, content and trunk hashes checked on load), through the library
     # rather than the trunk folder's attach_amoe: a trunk folder may carry older remote code.
     # tools/captionbert/export.py checks attach_amoe() on the Hub folder.
@@ -553,31 +624,51 @@ def select(config):
                     for name in dispatch.roster}
     with attached(model, shipped_arms, dispatch):
         collective_sts8 = sts8_score(model, config)
-    control_arms = {name: (control_arm if name == CONTROL else members[name]["arm"])
-                    for name in shipped["control_roster"]}
-    with attached(model, control_arms, shipped["control_dispatch"]):
-        control_sts8 = sts8_score(model, config)
 
     sweep = []
     for tau in [TAU, *config.tau_sweep]:
         print(f"tau sweep: {tau}")
-        if tau == TAU:
-            dispatch, record = shipped["dispatch"], shipped["record"]
-        else:
-            _, dispatch, record = collective(shipped["roster"], tau)
-        arms = {name: members[name]["arm"] for name in shipped["roster"]}
-        with attached(model, arms, dispatch):
+        _, dispatch, tau_record = (None, final.dispatch, final.record) if tau == TAU else train_roster(accepted, tau)
+        with attached(model, {name: members[name].arm for name in accepted}, dispatch):
             stsb = sts.score(model, {"STS-B": sts.load_task(config.data_dir, "STS-B")}, [])["STS-B"]
-        sweep.append({"tau": tau, "STS-B": stsb, "amplitude_budget": _budget(record)})
+        sweep.append({"tau": tau, "STS-B": stsb, "amplitude_budget": _budget(tau_record)})
     writer.close()
 
+    shipped = {"collective": config.collective, "roster": accepted, **_brief(final.record)}
     arms_json = write_arms_json(library, members, steps, shipped, trunk_id, config)
-    return {"status": "complete", "trunk_hash": trunk_id, "bar": bar, "steps": steps,
-            "shipped": {"collective": config.collective, "roster": shipped["roster"],
-                        **_brief(shipped["record"])},
-            "rows": {"trunk": trunk["sts8"], **solo_rows, "collective": collective_sts8,
-                     f"control ({'+'.join(shipped['control_roster'])})": control_sts8},
-            "trunk_validation": trunk["validation"], "tau_sweep": sweep, "arms_json": str(arms_json)}
+    return record | {
+        "shipped": shipped, "tau_sweep": sweep, "arms_json": str(arms_json),
+        "rows": {"trunk": trunk["sts8"], **solo_rows, "collective": collective_sts8,
+                 f"control ({'+'.join(control.roster)})": control.sts8}}
+
+
+def never_worse(trunk_validation, collective_validation, trained_sources, bar):
+    """Never worse by default: a collective ships only if its validation mean beats the bare trunk's, both over the
+    sets none of its arms trains on, by more than the bar (the control comparisons alone do not promise that)."""
+    trunk_mean = pairs.validation_mean(trunk_validation, trained_sources)
+    gain = collective_validation["mean"] - trunk_mean
+    return {"collective": collective_validation["mean"], "trunk": trunk_mean, "gain": gain, "bar": bar,
+            "passed": gain > bar}
+
+
+def validation_against_sts8(members, sources, trunk, steps):
+    """Does validation predict the test? Per solo run (candidate and seed) and per roster the selection tried: its
+    validation gain over the trunk (over the sets none of its arms trains on) against its STS-8 gain, and the
+    Spearman rank correlation of the two across the solo runs. A diagnostic: the decisions never read STS-8."""
+    def gain(validation, sts8, trained):
+        return {"validation_gain": validation["mean"] - pairs.validation_mean(trunk["validation"], trained),
+                "sts8_gain": sts8["mean"] - trunk["sts8"]["mean"]}
+
+    solo = [{"candidate": name, "seed": seed, **gain(run["validation"], run["sts8"], {sources[name]})}
+            for name, member in members.items() for seed, run in enumerate(member.seeds)]
+    rosters = [{"roster": step["roster_before"] + [name], **gain(trial["validation"], trial["sts8"],
+                                                                  {sources[n] for n in step["roster_before"] + [name]})}
+               for step in steps for name, trial in step["candidates"].items()]
+    correlation = None
+    if len(solo) > 2:
+        correlation = float(spearmanr([row["validation_gain"] for row in solo],
+                                      [row["sts8_gain"] for row in solo]).statistic)
+    return {"solo": solo, "rosters": rosters, "spearman_solo": correlation}
 
 
 def _budget(record):
@@ -594,32 +685,36 @@ def _brief(record):
 
 
 def write_arms_json(library, members, steps, shipped, trunk_id, config):
-    """amoe/arms/ARMS.json: one entry per arm (provenance, training spec, solo scores, verdict, file and hash)."""
+    """amoe/arms/ARMS.json: one entry per arm (provenance, training spec, solo scores, verdict, file and hash);
+    shipped is None when no collective ships."""
     commit, dirty = runs.git_revision()
     verdicts = {}
     for step in steps:
         for name, trial in step["candidates"].items():
             verdicts.setdefault(name, []).append(
                 {"arm_count": step["arm_count"], "validation_mean": trial["validation"]["mean"],
-                 "control_validation_mean": step["control"]["validation"]["mean"], "bar": step["bar"],
+                 "margin_over_control": trial["margin_over_control"], "bar": step["bar"],
                  "verdict": step["verdict"] if name == step["best"] else "not best"})
+    roster = shipped["roster"] if shipped else []
     entries = {}
     for name, member in members.items():
         path = library / "arms" / f"{name}.safetensors"
-        arm_metadata = load_arm(path, member["arm"].blocks[0].slots.in_features, len(member["arm"].blocks),
+        arm_metadata = load_arm(path, member.arm.blocks[0].slots.in_features, len(member.arm.blocks),
                                 trunk_id, name=name)[1]
         entries[name] = {
-            "file": f"arms/{name}.safetensors", "content_hash": arm_metadata["content_hash"],
-            "trunk_hash": trunk_id, "data": member["data"].summary(),
+            "file": f"arms/{name}.safetensors", "routing": f"routing/{name}.safetensors",
+            "content_hash": arm_metadata["content_hash"], "trunk_hash": trunk_id, "data": member.data.summary(),
             "seeds": {"arm": 0, "spread": 1}, "git_commit": commit, "git_dirty": dirty,
             "solo_runs": [str(config.solo / f"{name}-seed{seed}") for seed in (0, 1)],
-            "training": solo_spec(SoloConfig(**{k: v for k, v in member["config"].items()
+            "training": solo_spec(SoloConfig(**{k: v for k, v in member.config.items()
                                                 if k in {f.name for f in dataclasses.fields(SoloConfig)}})),
-            "solo_sts8": member["metrics"]["sts8"], "solo_validation": member["metrics"]["validation"],
-            "seed_spread_validation": member["spread"], "selection": verdicts.get(name, []),
-            "in_collective": name in shipped["roster"]}
-    payload = {"trunk_hash": trunk_id, "collective": config.collective, "roster": shipped["roster"],
-               "selection_metric": ("mean Spearman on the validation suite (tools/captionbert/amoe/pairs.py), "
+            "solo_sts8": member.seeds[0]["sts8"], "solo_validation": member.seeds[0]["validation"],
+            "seed_spread_validation": member.spread, "selection": verdicts.get(name, []),
+            "in_collective": name in roster}
+    payload = {"trunk_hash": trunk_id, "collective": shipped["collective"] if shipped else None,
+               "roster": roster or None,
+               "selection_metric": ("margin over the untrained control of the validation mean (tools/captionbert/"
+                                    "amoe/pairs.py) over the sets whose source no arm of the roster trains on; "
                                     "never STS-8"),
                "arms": entries}
     runs.write_json(library / "arms" / "ARMS.json", payload)
