@@ -284,7 +284,6 @@ def amoe_context(select, arms_json, references=None):
     rows, tasks = select["rows"], [t for t in sts.TASKS if t in select["rows"]["trunk"]]
     trunk, collective, roster = rows["trunk"], rows["collective"], select["shipped"]["roster"]
     gain, above = collective["mean"] - trunk["mean"], sum(collective[t] > trunk[t] for t in tasks)
-    accepted = [(step, step["candidates"][step["best"]]) for step in select["steps"] if step["verdict"] == "accepted"]
     tried = [(row["roster"], row["sts8_gain"]) for row in diagnostic["rosters"]]
     best_roster, best_gain = max(tried, key=lambda item: item[1])
     return context | {
@@ -293,6 +292,14 @@ def amoe_context(select, arms_json, references=None):
         "gauge_gain": f"{collective['flickr8k_mrr'] - trunk['flickr8k_mrr']:+.4f}",
         "selected_sts8": f"{collective['mean']:.4f}", "best_sts8": f"{trunk['mean'] + best_gain:.4f}",
         "best_roster": " + ".join(best_roster), "within": trunk["mean"] + best_gain - collective["mean"] <= 0.005,
+        **routing_rows(select)}
+
+
+def routing_rows(select):
+    """The card's rows of the accepted rosters' amplitude budget and routing ("budget") and of the tau sweep
+    ("sweep"), from a select run that shipped a collective."""
+    accepted = [(step, step["candidates"][step["best"]]) for step in select["steps"] if step["verdict"] == "accepted"]
+    return {
         "budget": [{"arm_count": step["arm_count"], "roster": " + ".join(step["roster_before"] + [step["best"]]),
                     "amplitude_budget": f"{best['amplitude_budget']:.3f}",
                     "routing_spread": None if best["routing_spread"] is None else f"{best['routing_spread']:.3f}",
@@ -337,19 +344,12 @@ def legacy_amoe_context(select, arms_json):
     rows, tasks = select["rows"], [t for t in sts.TASKS if t in select["rows"]["trunk"]]
     trunk, collective, roster = rows["trunk"], rows["collective"], select["shipped"]["roster"]
     gain, above = collective["mean"] - trunk["mean"], sum(collective[t] > trunk[t] for t in tasks)
-    accepted = [(step, step["candidates"][step["best"]]) for step in select["steps"] if step["verdict"] == "accepted"]
     training = arms_json["arms"][roster[0]]["training"]
     return context | {
         "arm_count": len(arms_json["arms"]), "collective": select["shipped"]["collective"],
         "roster": " + ".join(roster), "first_arm": roster[0], "gain": f"{gain:+.4f}", "above": above,
         "tasks": len(tasks), "meets_bar": gain > 0 and above >= len(tasks) - 1, "reaches_goal": gain >= 0.06,
-        "budget": [{"arm_count": step["arm_count"], "roster": " + ".join(step["roster_before"] + [step["best"]]),
-                    "amplitude_budget": f"{best['amplitude_budget']:.3f}",
-                    "routing_spread": None if best["routing_spread"] is None else f"{best['routing_spread']:.3f}",
-                    "alarms": best["alarms"], "stopped": best["stopped"]} for step, best in accepted],
-        "sweep": [{"tau": f"{row['tau']:.2f}", "stsb": f"{row['STS-B']:.4f}",
-                   "amplitude_budget": None if row["amplitude_budget"] is None else f"{row['amplitude_budget']:.3f}"}
-                  for row in select["tau_sweep"]],
+        **routing_rows(select),
         "library": [{"name": name, "source": arm["data"]["source"], "rows": f"{arm['data']['rows']:,}",
                      "held_out": f"{arm['data']['dropped_held_out']:,}", "steps": arm["training"]["steps"],
                      "batch_size": arm["training"]["batch_size"], "solo": f"{arm['solo_validation']['mean']:.4f}",

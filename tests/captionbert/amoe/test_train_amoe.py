@@ -148,6 +148,14 @@ def test_never_worse_compares_the_collective_with_the_bare_trunk_on_the_same_set
     assert amoe_train.never_worse(trunk, collective, set(), bar=0.005)["passed"]
 
 
+def test_a_fresh_arm_is_inert_whatever_its_gate():
+    trunk = SimpleNamespace(config=SimpleNamespace(hidden_size=64, num_hidden_layers=2))
+    arm = amoe_train.fresh_arm(trunk, seed=0, gate_init=0.0)
+    assert all(site.gate.item() == 0.0 for site in arm.blocks)
+    assert all(not site.head_out.weight.any() and not site.head_out.bias.any() for site in arm.blocks)
+    assert all(site.gate.item() == -3.0 for site in amoe_train.fresh_arm(trunk, seed=0).blocks)  # the spec's
+
+
 # ---- the tool end to end on a tiny trunk ---------------------------------------------------------------------------
 
 @pytest.fixture(scope="module")
@@ -189,11 +197,11 @@ def test_train_amoe_solo_dispatch_select_end_to_end(tiny_trunk, tmp_path, data_d
     killed = tmp_path / "killed"
     real_loss = amoe_train.batch_loss
 
-    def dies_at_step_9(model, data, rows, config):
+    def dies_at_step_9(model, data, rows, config, *weights):
         if (killed / "checkpoint-solo.pt").exists() and torch.load(killed / "checkpoint-solo.pt",
                                                                    weights_only=True)["step"] == 8:
             raise KeyboardInterrupt
-        return real_loss(model, data, rows, config)
+        return real_loss(model, data, rows, config, *weights)
 
     monkeypatch.setattr(amoe_train, "batch_loss", dies_at_step_9)
     with pytest.raises(KeyboardInterrupt):

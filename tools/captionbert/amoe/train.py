@@ -60,7 +60,7 @@ from torch.utils.tensorboard import SummaryWriter
 from tqdm.auto import tqdm
 from transformers import AutoModel
 
-from shared_modeling.amoe import TAU, Arm, Dispatch, load_arm, load_dispatch, save_arm, save_dispatch
+from shared_modeling.amoe import GATE_INIT, TAU, Arm, Dispatch, load_arm, load_dispatch, save_arm, save_dispatch
 from shared_modeling.identity import trunk_hash
 from shared_modeling.losses import cosent, info_nce_with_hard_negatives, symmetric_info_nce
 from tools import registry, runs, sts, training
@@ -104,6 +104,9 @@ class SoloConfig(Common):
     data: str = "paraphrase"  # pairs.TRAINING_SETS name, a .tsv file or an extraction folder (the teacher arm)
     name: str = ""  # the arm's name; default the data's name (the TSV's stem; "teacher" for an extraction folder)
     sts8: bool = True  # score the trained arm on STS-8 too (ARMS.json lists solo scores per task)
+    gate_init: float = GATE_INIT  # every site's gate logit at the start (the spec's -3: sigmoid .047)
+    relational_weight: float = 0.0  # teacher arm: + this x MSE between the batch's student and teacher cosine
+    #                                 matrices (the pairwise similarities STS scores), beside 1 - cosine per text
     checkpoint_every: int = 40  # steps between atomic checkpoints
 
 
@@ -176,10 +179,14 @@ def shape(model):
     return model.config.hidden_size, model.config.num_hidden_layers
 
 
-def fresh_arm(model, seed):
-    """An untrained arm (exactly inert: zero output projections), initialised from `seed`."""
+def fresh_arm(model, seed, gate_init=GATE_INIT):
+    """An untrained arm (exactly inert: zero output projections), initialised from `seed`, every gate at gate_init."""
     torch.manual_seed(seed)
-    return Arm(*shape(model))
+    arm = Arm(*shape(model))
+    with torch.no_grad():
+        for site in arm.blocks:
+            site.gate.fill_(gate_init)
+    return arm
 
 
 def fresh_dispatch(model, roster, seed, tau=TAU):
@@ -224,13 +231,18 @@ def embed(model, texts, max_length):
     return model(batch["input_ids"].to(model.device), batch["attention_mask"].to(model.device)).pooler_output
 
 
-def batch_loss(model, data, rows, config):
-    """The arm objective on rows of a PairSet (see the module docstring), a scalar."""
+def batch_loss(model, data, rows, config, relational_weight=0.0):
+    """The arm objective on rows of a PairSet (see the module docstring), a scalar; relational_weight: SoloConfig's,
+    for the teacher arm."""
     first = [data.first[i] for i in rows]
     if data.kind == "embedded":  # regression, not InfoNCE: a trunk distilled from the teachers already tells 16
         # texts' teacher embeddings apart (InfoNCE measured ~0.001 from the first steps on the demo trunk, no signal)
         targets = torch.from_numpy(data.target[rows]).to(model.device)
-        return (1 - F.cosine_similarity(embed(model, first, config.max_length), targets, dim=-1)).mean()
+        embeddings = embed(model, first, config.max_length)
+        loss = (1 - F.cosine_similarity(embeddings, targets, dim=-1)).mean()
+        if relational_weight:
+            loss = loss + relational_weight * F.mse_loss(embeddings @ embeddings.T, targets @ targets.T)
+        return loss
     second = [data.second[i] for i in rows]
     negative = [data.negative[i] for i in rows] if data.kind == "triples" else []
     embeddings = embed(model, first + second + negative, config.max_length)
@@ -334,7 +346,7 @@ def train_solo(config):
     name = config.name or data.name
     validation = pairs.validation_sets(config.data_dir, config.validation_rows)
     model, trunk_id = load_trunk(config)
-    arm = fresh_arm(model, config.seed)
+    arm = fresh_arm(model, config.seed, config.gate_init)
     dispatch = fresh_dispatch(model, [name], config.seed)
     trained = torch.nn.ModuleDict({"arm": arm, "dispatch": dispatch})  # what the loop optimises and checkpoints
     batch_size = min(config.batch_size, len(data))
@@ -344,7 +356,8 @@ def train_solo(config):
         monitor = RoutingMonitor(dispatch)
 
         def loss_at(step):
-            loss = batch_loss(model, data, training.batch_at(step, len(data), batch_size, config.seed), config)
+            loss = batch_loss(model, data, training.batch_at(step, len(data), batch_size, config.seed), config,
+                              config.relational_weight)
             monitor.end_step()
             budget = monitor.summary()["amplitude_budget"]
             monitor.reset()
@@ -368,7 +381,7 @@ def train_solo(config):
 
 def solo_spec(config):
     return {key: getattr(config, key) for key in ("steps", "batch_size", "learning_rate", "temperature",
-                                                  "cosent_scale", "max_length")} | {
+                                                  "cosent_scale", "max_length", "gate_init", "relational_weight")} | {
         "optimizer": "Adam (fused), weight decay 0", "precision": "fp32, TF32 off", "trunk": "frozen, eval mode"}
 
 
