@@ -101,6 +101,8 @@ def test_the_demo_steps_name_their_inputs(budget):
     if budget == "cpu":
         assert demo.reads(by_name["amoe/solo/silver-seed0"], by_name["amoe/silver"])  # its pairs file
         assert demo.reads(by_name["geolip/export"], by_name["geolip/eval-seg55"])  # the ablation row
+        assert demo.reads(by_name["amoe/levers"], by_name["distill"])  # the levers measured on the trunk built
+        assert demo.reads(by_name["captionbert/export"], by_name["amoe/levers"])  # the card's levers table
 
 
 def test_a_folder_built_by_another_command_is_adopted_only_when_vouched_for(project):

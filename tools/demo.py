@@ -59,6 +59,7 @@ class Budget:
     scratch: tuple = ()  # its options for the card's from-scratch row (the same budget from a random init)
     arms: tuple = ()  # AMOE solo arms: (name, steps); a pairs.TRAINING_SETS name, "silver" (the silver step's
     #                   teacher-scored pairs) or "teacher" (the reference teacher's embeddings in the extraction)
+    levers: bool = False  # run tools/captionbert/amoe/levers.py on the trunk (the card's levers table)
     glyph: tuple = ()  # tools/glyph/train.py options
     geolip: tuple = ()  # tools/geolip/train.py options
     geolip_ablation: bool = False  # also train and score geolip with 55-token segments (the card compares the runs)
@@ -75,7 +76,8 @@ BUDGETS = {
     # too; a step of it embeds 16 texts, half a pair arm's, so it gets twice the steps. geolip's ablation uses
     # 55-token segments (the same 22% overlap as 18 every 14).
     "cpu": Budget(root="runs/demo", scratch=("--learning-rate", "5e-4"),
-                  arms=(("equiv", 480), ("sts", 480), ("silver", 1920), ("teacher", 960)), geolip_ablation=True),
+                  arms=(("equiv", 480), ("sts", 480), ("silver", 1920), ("teacher", 960)), levers=True,
+                  geolip_ablation=True),
     # make demo's default: the same steps with shorter training and so weaker models (the cards say which goals they
     # miss): 12,000 of the ~53,000 captions, 160 distillation steps (and as many for the from-scratch row), three
     # arm candidates at a third of the steps (no silver), a third of glyph's steps, 3/8 of geolip's, no ablation.
@@ -138,15 +140,18 @@ def demo_steps(data_dir, budget=BUDGETS["quick"]):
             steps.append(Step("captionbert.amoe.train", ["solo", "--data", arm, "--steps", str(arm_steps), "--seed",
                                                          str(seed), "--model", f"{root}/distill/final", *data,
                                                          "--out", out]))
-    steps += [
-        Step("captionbert.amoe.train", ["select", "--solo", f"{root}/amoe/solo", "--candidates",
-                                        *[name for name, _, _ in arms], "--model", f"{root}/distill/final", *data,
-                                        "--out", f"{root}/amoe/select"]),
-        Step("captionbert.export", ["--extract", f"{root}/extract", "--align", f"{root}/align", "--distill",
-                                    f"{root}/distill", "--eval", f"{root}/eval", "--long", f"{root}/long",
-                                    "--amoe", f"{root}/amoe/select",
-                                    "--out", f"{root}/captionbert/export"]),
-    ]
+    steps.append(Step("captionbert.amoe.train", ["select", "--solo", f"{root}/amoe/solo", "--candidates",
+                                                 *[name for name, _, _ in arms], "--model", f"{root}/distill/final",
+                                                 *data, "--out", f"{root}/amoe/select"]))
+    levers = ["--levers", f"{root}/amoe/levers"] if budget.levers else []
+    if budget.levers:
+        steps.append(Step("captionbert.amoe.levers", ["--extract", f"{root}/extract", "--align", f"{root}/align",
+                                                      "--model", f"{root}/distill/final", *data,
+                                                      "--out", f"{root}/amoe/levers"]))
+    steps.append(Step("captionbert.export", ["--extract", f"{root}/extract", "--align", f"{root}/align", "--distill",
+                                             f"{root}/distill", "--eval", f"{root}/eval", "--long", f"{root}/long",
+                                             "--amoe", f"{root}/amoe/select", *levers,
+                                             "--out", f"{root}/captionbert/export"]))
     # Every geolip run, of either budget, has the teacher embed the same texts (26 min of float32 on 2 AVX2 cores):
     # one cache, outside the budgets' folders; its index names the teacher, precision and texts it holds.
     teacher_cache = ["--teacher-cache", "runs/geolip-teacher/teacher.npy"]

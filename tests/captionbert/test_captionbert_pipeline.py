@@ -13,8 +13,8 @@ import torch
 from safetensors import safe_open
 from safetensors.numpy import load_file
 
-from helpers import (ENV, ROOT, TINY_CAPTIONBERT, assert_card_from_records, captionbert_copy, finish, kill_when,
-                     run_tool)
+from helpers import (ENV, ROOT, TINY_CAPTIONBERT, assert_card_from_records, build_from_folder, captionbert_copy,
+                     finish, kill_when, run_tool)
 from tools import corpus, encoders, sts
 from tools.captionbert import align
 from tools.captionbert import evaluate
@@ -405,17 +405,24 @@ def test_an_extraction_is_arm_data_of_short_texts_with_the_reference_teachers_em
     np.testing.assert_allclose(np.linalg.norm(data.target, axis=1), 1, atol=1e-5)
 
 
+@pytest.fixture(scope="session")
+def arm_trunk(tmp_path_factory):
+    """A random tiny captionbert that takes arms (64 dims for the dispatch keys) with the reference teacher's width."""
+    trunk = captionbert_copy(tmp_path_factory.mktemp("arm-trunk") / "captionbert",
+                             **{**TINY_CAPTIONBERT, "hidden_size": 64, "intermediate_size": 128, "output_dim": 48})
+    build_from_folder(trunk).save_pretrained(trunk)
+    return trunk
+
+
 @pytest.mark.slow
-def test_the_teacher_arm_pulls_the_trunk_towards_the_reference_teachers_embeddings(tmp_path, extraction, data_dir):
+def test_the_teacher_arm_pulls_the_trunk_towards_the_reference_teachers_embeddings(tmp_path, extraction, data_dir,
+                                                                                    arm_trunk):
     from transformers import AutoModel
 
-    from helpers import build_from_folder
     from tools.captionbert.amoe import pairs
     from tools.captionbert.amoe import train as amoe_train
 
-    trunk = captionbert_copy(tmp_path / "trunk", **{**TINY_CAPTIONBERT, "hidden_size": 64, "intermediate_size": 128,
-                                                    "output_dim": 48})  # arms need 64 dims; the teacher gives 48
-    build_from_folder(trunk).save_pretrained(trunk)
+    trunk = arm_trunk
     out = tmp_path / "teacher-seed0"
     assert amoe_train.main(["solo", "--data", str(extraction), "--steps", "40", "--learning-rate", "0.01",
                             "--no-sts8", "--validation-rows", "50", "--model", str(trunk), "--data-dir",
@@ -459,3 +466,67 @@ def test_long_input_evaluation_scores_windows_against_the_whole_text(tmp_path, t
         assert -1 <= row["cosine"] <= 1 and 0 <= row["top1"] <= 1
     assert metrics["rows"]["16"] != metrics["rows"]["whole"]
     assert "| first 16 |" in (out / "results.md").read_text()
+
+
+def test_an_alignment_folder_gives_the_consensus_arm_and_one_arm_per_teacher(alignment, extraction, data_dir):
+    """tools/captionbert/amoe/pairs.py: the consensus arm fits the consensus shards, a teacher's arm that teacher's
+    embeddings through its own map into the reference's frame, each row beside the corpus text it embeds."""
+    from tools.captionbert.amoe import pairs
+
+    extracted = json.loads((extraction / "manifest.json").read_text())
+    row = {text: i for i, text in enumerate(corpus.read_texts(extraction / extracted["corpus"]["file"]))}
+    shards = json.loads((alignment / "manifest.json").read_text())["shards"]
+    consensus = np.concatenate([load_file(str(alignment / s["file"]))["embeddings"] for s in shards])
+    with safe_open(str(alignment / "maps.safetensors"), "np") as maps:
+        names = maps.metadata()["teachers"].split(",")
+        matrix, bias = maps.get_tensor("A_1"), maps.get_tensor("b_1")
+    narrow = next(t for t in extracted["teachers"] if t["name"] == names[1])
+
+    arm = pairs.load(str(alignment), data_dir)
+    index = [row[text] for text in arm.first]
+    assert arm.name == "consensus" and arm.kind == "embedded" and len(arm) > 150
+    expected = consensus[index].astype(np.float32)
+    np.testing.assert_allclose(arm.target, expected / np.linalg.norm(expected, axis=1, keepdims=True), atol=1e-6)
+    arm = pairs.load(str(alignment), data_dir, names[1])
+    assert arm.name == names[1] and [row[text] for text in arm.first] == index
+    expected = pairs.load_embeddings(extraction, narrow)[index] @ matrix + bias
+    np.testing.assert_allclose(arm.target, expected / np.linalg.norm(expected, axis=1, keepdims=True), atol=1e-5)
+
+    with pytest.raises(ValueError, match="it aligned"):
+        pairs.load(str(alignment), data_dir, "no-such-teacher")
+    with pytest.raises(ValueError, match="only from an alignment folder"):
+        pairs.load(str(extraction), data_dir, names[1])
+
+
+def test_levers_score_every_arm_against_the_bare_trunk_in_one_harness(tmp_path, alignment, extraction, data_dir,
+                                                                       arm_trunk, monkeypatch):
+    from tools.captionbert import export as captionbert_export
+    from tools.captionbert.amoe import levers
+
+    with safe_open(str(alignment / "maps.safetensors"), "np") as maps:
+        narrow = maps.metadata()["teachers"].split(",")[1]
+    monkeypatch.setattr(levers, "LEVERS", {
+        "teacher": ("recipe", "the reference teacher", ["--data", "{extract}", "--steps", "3"]),
+        "consensus": ("1 teacher arms", "the consensus", ["--data", "{align}", "--steps", "3"]),
+        "narrow": ("1 teacher arms", "the narrow teacher", ["--data", "{align}", "--teacher", narrow, "--steps", "2"])})
+    out = tmp_path / "levers"
+    args = ["--extract", str(extraction), "--align", str(alignment), "--model", str(arm_trunk), "--data-dir",
+            str(data_dir), "--tasks", "BIOSSES", "STS-B", "--validation-rows", "100", "--out", str(out)]
+    assert levers.main(args) == 0
+    record = json.loads((out / "levers.json").read_text())
+    bare = record["trunk"]
+    assert [row["name"] for row in record["rows"]] == ["teacher", "consensus", "narrow"]
+    assert [row["steps"] for row in record["rows"]] == [3, 3, 2]
+    arms = {"teacher": "teacher", "consensus": "consensus", "narrow": narrow}  # lever: the arm its data names
+    for row in record["rows"]:
+        solo = json.loads((out / row["name"] / "metrics.json").read_text())
+        assert solo["trunk_hash"] == bare["trunk_hash"] and solo["name"] == arms[row["name"]]
+        assert row["sts8_gain"] == pytest.approx(solo["sts8"]["mean"] - bare["sts8"]["mean"]) and row["tasks"] == 2
+        assert row["trunk_validation"] == bare["validation"]["mean"]  # teacher-labelled arms leave out no set
+    assert len(captionbert_export.levers_table(record).splitlines()) == 2 + 1 + 3  # header, the trunk, the levers
+
+    finished = {p: p.stat().st_mtime_ns for p in out.glob("*/metrics.json")}
+    assert levers.main(args) == 0  # the same command again trains and scores nothing
+    assert {p: p.stat().st_mtime_ns for p in out.glob("*/metrics.json")} == finished
+    with pytest.raises(SystemExit, match="not a finished alignment"):
+        levers.main([*args[:2], "--align", str(extraction), *args[4:]])

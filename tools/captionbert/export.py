@@ -23,8 +23,9 @@ What it does:
        collective: attach_amoe() must then raise naming them, and one attaches alone; the card says so);
     5. writes README.md from its template, card.md, filled by card_context from the run records: the STS-8 table
        (student, every teacher, all-MiniLM-L6-v2 for scale), how it was built (corpus, teachers, alignment,
-       training), the AMOE arms (trunk, solo arms, collective, control; selection, amplitude budget, tau sweep) and
-       the known limits re-measured on this run. Nothing is typed.
+       training), the AMOE arms (trunk, solo arms, collective, control; selection, amplitude budget, tau sweep; with
+       --levers, the tools/captionbert/amoe/levers.py table) and the known limits re-measured on this run. Nothing
+       is typed.
 """
 
 import argparse
@@ -65,6 +66,7 @@ class Config:
     #                          the Hub folder; None keeps the record free of this machine's absolute paths)
     amoe: Path | None = None  # tools/captionbert/amoe/train.py select run whose amoe/ library ships with these weights
     long: Path | None = None  # tools/captionbert/long_inputs.py run that scored the student's long inputs
+    levers: Path | None = None  # tools/captionbert/amoe/levers.py run (its levers.json): the card's levers table
 
 
 def check_inputs(config):
@@ -196,6 +198,21 @@ def amoe_table(select, references=None):
     return "\n".join(lines)
 
 
+def levers_table(levers):
+    """The card's table of a tools/captionbert/amoe/levers.py run (levers.json): the bare trunk, one row per lever."""
+    trunk = levers["trunk"]
+    lines = ["| lever | arm | what changes | steps | minutes | validation (trunk on the same sets) | STS-8 | vs trunk "
+             "| tasks above trunk | Flickr8k R@1 | Flickr8k MRR |", "|" + "---|" * 11,
+             f"| - | bare trunk | - | - | - | {trunk['validation']['mean']:.4f} | {trunk['sts8']['mean']:.4f} | | | "
+             f"{trunk['sts8']['flickr8k_recall@1']:.4f} | {trunk['sts8']['flickr8k_mrr']:.4f} |"]
+    for row in levers["rows"]:
+        lines.append(f"| {row['lever']} | {row['name']} | {row['change']} | {row['steps']} | "
+                     f"{row['training_minutes']:.1f} | {row['validation']:.4f} ({row['trunk_validation']:.4f}) | "
+                     f"{row['sts8']:.4f} | {row['sts8_gain']:+.4f} | {row['tasks_above_trunk']}/{row['tasks']} | "
+                     f"{row['flickr8k_recall@1']:.4f} | {row['flickr8k_mrr']:.4f} |")
+    return "\n".join(lines)
+
+
 def origin(init):
     """The card's first sentence's account of where the weights started (train.py's `init` record)."""
     teacher = Path(init.get("teacher", "").removeprefix("teacher:")).name
@@ -245,9 +262,10 @@ def long_inputs_context(long_inputs):
                       "top1": f"{row['top1']:.4f}"} for name, row in rows.items()]}
 
 
-def amoe_context(select, arms_json, references=None):
+def amoe_context(select, arms_json, references=None, levers=None):
     """The AMOE section's values and table rows, from a tools/captionbert/amoe/train.py select run (metrics.json)
-    and its ARMS.json; references: eval rows shown beside the arms (amoe_table)."""
+    and its ARMS.json; references: eval rows shown beside the arms (amoe_table); levers: a
+    tools/captionbert/amoe/levers.py run's levers.json."""
     if "validation_against_sts8" not in select:
         return legacy_amoe_context(select, arms_json)
     selection = [{"arm_count": step["arm_count"], "candidate": name,
@@ -277,6 +295,7 @@ def amoe_context(select, arms_json, references=None):
                             "seed_spread": f"{arm['seed_spread_validation']:.4f}",
                             "in_collective": arm["in_collective"], "sha256": arm["content_hash"][:12]}
                            for name, arm in library.items()],
+               "levers": None if levers is None else {"model": levers["model"], "table": levers_table(levers)},
                "learning_rate": f"{library[min(library)]['training']['learning_rate']:g}",
                "temperature": library[min(library)]["training"]["temperature"]}
     if select["shipped"] is None:
@@ -358,17 +377,17 @@ def legacy_amoe_context(select, arms_json):
         "learning_rate": f"{training['learning_rate']:g}", "temperature": training["temperature"]}
 
 
-def amoe_section(select, arms_json, references=None):
+def amoe_section(select, arms_json, references=None, levers=None):
     """The card's AMOE part alone: card.md's block `amoe`, rendered with amoe_context's values."""
-    return cards.render(CARD, block="amoe", amoe=amoe_context(select, arms_json, references))
+    return cards.render(CARD, block="amoe", amoe=amoe_context(select, arms_json, references, levers))
 
 
 def card_context(metrics, extract_manifest, extraction, align_report, distill_metrics, distill_config, export,
-                 select=None, arms_json=None, long_inputs=None):
+                 select=None, arms_json=None, long_inputs=None, levers=None):
     """The values card.md shows, as ready-made strings, table rows and the flags its conditional sentences read, from
     the run records: the evaluation's, the extraction's manifest and extraction.json, the alignment report, the
     distillation's metrics and config, this export's metrics, and optionally the arm selection (select's metrics.json,
-    with its ARMS.json when a collective shipped) and the long-input run's metrics."""
+    with its ARMS.json when a collective shipped), the long-input run's metrics and the levers run's levers.json."""
     student, teachers = metrics[STUDENT], extract_manifest["teachers"]
     best_teacher = max((t["name"] for t in teachers), key=lambda name: metrics[name]["mean"])
     lowest_teacher_self_cos = min(metrics[t["name"]]["self_cos"] for t in teachers)
@@ -427,7 +446,7 @@ def card_context(metrics, extract_manifest, extraction, align_report, distill_me
         "training_minutes": distill_metrics["training_minutes"],
         "tokens_per_second": f"{train['tokens_per_second']:,.0f}",
         "amoe": None if select is None else amoe_context(select, arms_json, {
-            name: metrics[name] for name in (FOR_SCALE, teachers[0]["name"]) if name in metrics}),
+            name: metrics[name] for name in (FOR_SCALE, teachers[0]["name"]) if name in metrics}, levers),
         "consensus_erank": f"{align_report['consensus_erank_holdout']:.1f}", "dim": student["dim"],
         "shared_directions_all_teachers": align_report["shared_directions_all_teachers"],
         "erank": f"{student['erank']:.1f}", "erank_sts": f"{student['erank_sts']:.1f}",
@@ -449,7 +468,8 @@ def card_from_records(folder, root=runs.ROOT):
                            runs.read_json(align / "report.json"), runs.read_json(distill / "metrics.json"),
                            runs.read_json(distill / "config.json"), runs.read_json(Path(folder) / "metrics.json"),
                            select, arms_json,
-                           runs.read_json(root / config["long"] / "metrics.json") if config.get("long") else None)
+                           runs.read_json(root / config["long"] / "metrics.json") if config.get("long") else None,
+                           runs.read_json(root / config["levers"] / "levers.json") if config.get("levers") else None)
     return cards.render(CARD, **context)
 
 
@@ -466,6 +486,8 @@ def main(argv=None):
                              "folder)")
     parser.add_argument("--amoe", type=Path, default=None, help="tools/captionbert/amoe/train.py select run to ship")
     parser.add_argument("--long", type=Path, default=None, help="tools/captionbert/long_inputs.py run of the student")
+    parser.add_argument("--levers", type=Path, default=None,
+                        help="tools/captionbert/amoe/levers.py run whose table goes on the card (needs --amoe)")
     config = Config(**vars(parser.parse_args(argv)))
     config.to = config.to or config.out / STUDENT
     registry.CAPTIONBERT.start_build(config.to, config.hub)
@@ -475,6 +497,9 @@ def main(argv=None):
         if not (config.amoe / "metrics.json").is_file():
             raise SystemExit(f"{config.amoe} is not a finished tools/captionbert/amoe/train.py select run")
         select = runs.read_json(config.amoe / "metrics.json")
+    if config.levers is not None and (config.amoe is None or not (config.levers / "levers.json").is_file()):
+        raise SystemExit(f"--levers {config.levers}: needs --amoe and a finished tools/captionbert/amoe/levers.py run "
+                         "(levers.json)")
 
     with runs.RunRecord(config.out, config, "captionbert.export"):
         shutil.copy(final / "model.safetensors", config.to / "model.safetensors")

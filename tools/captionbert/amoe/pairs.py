@@ -8,6 +8,9 @@ Training sets (`load(name, data_dir)`; the name may also be a TSV file of pairs)
     caption     Flickr8k train images: captions 1+2 and 3+4 of each image are positive pairs (kind "pairs", Flickr8k)
     <folder>    a tools/captionbert/extract.py folder: each corpus text of at most EMBEDDED_MAX_WORDS words with
                 the reference teacher's embedding of it, named "teacher"   (kind "embedded", labelled by the teacher)
+    <folder>    a tools/captionbert/align.py folder: the same texts with the consensus of the aligned teachers,
+                named "consensus", or with one teacher's embeddings mapped into the reference's frame (teacher=its
+                name; the arm is named after it): one arm per teacher     (kind "embedded", labelled by teachers)
     <file.tsv>  text1<TAB>text2 ("pairs"), text1<TAB>text2<TAB>number ("scored") or
                 text1<TAB>text2<TAB>hard negative ("triples"), no header; no labelled source of the suite (the
                 silver pairs are scored by a teacher)
@@ -30,6 +33,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
+from safetensors import safe_open
 from safetensors.numpy import load_file
 
 from tools import corpus, runs, sts
@@ -121,17 +125,49 @@ def load_embeddings(extract, teacher):
     return embeddings / np.linalg.norm(embeddings, axis=1, keepdims=True)
 
 
+def _embedded(name, source, texts, target, forbidden):
+    """An "embedded" PairSet of the corpus texts of at most EMBEDDED_MAX_WORDS words and their target rows, without
+    the forbidden texts."""
+    short = [i for i, text in enumerate(texts) if len(text.split()) <= EMBEDDED_MAX_WORDS]
+    kept = [i for i in short if corpus.normalised(texts[i]) not in forbidden]
+    return PairSet(name, "embedded", f"{source} (at most {EMBEDDED_MAX_WORDS} words)", first=[texts[i] for i in kept],
+                   target=target[kept], dropped_held_out=len(short) - len(kept))
+
+
 def _extraction(folder, forbidden):
     """The "teacher" PairSet of an extraction folder: its short corpus texts and the reference teacher's embeddings,
     without the forbidden texts."""
     manifest = runs.read_json(folder / "manifest.json")
     teacher = next(t for t in manifest["teachers"] if t["name"] == manifest["reference"])
-    texts = corpus.read_texts(folder / manifest["corpus"]["file"])
-    short = [i for i, text in enumerate(texts) if len(text.split()) <= EMBEDDED_MAX_WORDS]
-    kept = [i for i in short if corpus.normalised(texts[i]) not in forbidden]
-    return PairSet("teacher", "embedded", f"{teacher['name']}'s embeddings of the corpus texts of {folder} (at most "
-                   f"{EMBEDDED_MAX_WORDS} words)", first=[texts[i] for i in kept],
-                   target=load_embeddings(folder, teacher)[kept], dropped_held_out=len(short) - len(kept))
+    return _embedded("teacher", f"{teacher['name']}'s embeddings of the corpus texts of {folder}",
+                     corpus.read_texts(folder / manifest["corpus"]["file"]), load_embeddings(folder, teacher),
+                     forbidden)
+
+
+def _alignment(folder, teacher, forbidden):
+    """The PairSet of an alignment folder (tools/captionbert/align.py) over its short corpus texts: the consensus of
+    the aligned teachers (teacher "", named "consensus") or one teacher's embeddings mapped into the reference's
+    frame by its whitened Procrustes map (named after the teacher), unit rows either way."""
+    manifest = runs.read_json(folder / "manifest.json")
+    texts = corpus.read_texts(manifest["texts"])
+    if not teacher:
+        rows = np.concatenate([np.arange(s["first_row"], s["first_row"] + s["rows"]) for s in manifest["shards"]])
+        target = np.concatenate([load_file(str(folder / s["file"]))["embeddings"] for s in manifest["shards"]])
+        target = target.astype(np.float32)
+        return _embedded("consensus", f"the consensus of the aligned teachers of {folder}", [texts[i] for i in rows],
+                         target / np.linalg.norm(target, axis=1, keepdims=True), forbidden)
+    with safe_open(str(folder / "maps.safetensors"), "np") as maps:
+        names = maps.metadata()["teachers"].split(",")
+        if teacher not in names:
+            raise ValueError(f"teacher {teacher!r} is not in {folder}; it aligned {', '.join(names)}")
+        index = names.index(teacher)
+        matrix, bias = maps.get_tensor(f"A_{index}"), maps.get_tensor(f"b_{index}")
+    extract = Path(manifest["extract"])
+    entry = next(t for t in runs.read_json(extract / "manifest.json")["teachers"] if t["name"] == teacher)
+    target = load_embeddings(extract, entry) @ matrix + bias
+    return _embedded(teacher, f"{teacher}'s embeddings of the corpus texts of {extract}, mapped into "
+                     f"{manifest['reference']}'s frame by {folder}", texts,
+                     target / np.linalg.norm(target, axis=1, keepdims=True), forbidden)
 
 
 def _snli_triples(rows):
@@ -168,12 +204,18 @@ def forbidden_texts(data_dir):
     return corpus.held_out_texts(data_dir) | {corpus.normalised(text) for text in texts}
 
 
-def load(name, data_dir):
-    """The training PairSet `name` (TRAINING_SETS, a .tsv path or an extraction folder), without the rows that hold
-    a held-out or validation text."""
+def load(name, data_dir, teacher=""):
+    """The training PairSet `name` (TRAINING_SETS, a .tsv path, an extraction folder or an alignment folder), without
+    the rows that hold a held-out or validation text. teacher: for an alignment folder, the teacher whose aligned
+    embeddings are the targets ("" = the consensus); nothing else takes one."""
     data_dir = Path(data_dir)
     forbidden = forbidden_texts(data_dir)
     source = TRAINING_SOURCES.get(name, "")
+    path = Path(name)
+    if (path / "maps.safetensors").is_file():
+        return _alignment(path, teacher, forbidden)
+    if teacher:
+        raise ValueError(f"a teacher ({teacher!r}) is chosen only from an alignment folder, not from {name!r}")
     if name == "paraphrase":
         return _filtered(name, "labelled", "MRPC train (Quality 1 positives, Quality 0 hard negatives)",
                          _mrpc(data_dir, "train"), forbidden, source)
@@ -186,7 +228,6 @@ def load(name, data_dir):
     if name == "caption":
         return _filtered(name, "pairs", "Flickr8k train (two captions of one image)", _flickr8k_train_pairs(data_dir),
                          forbidden, source)
-    path = Path(name)
     if (path / "manifest.json").is_file():
         return _extraction(path, forbidden)
     if path.suffix == ".tsv":
@@ -194,8 +235,8 @@ def load(name, data_dir):
             raise FileNotFoundError(f"pair file {path} not found")
         kind, rows = _tsv(path)
         return _filtered(path.stem, kind, f"TSV {path}", rows, forbidden)
-    raise ValueError(f"unknown pair data {name!r}: use one of {', '.join(TRAINING_SETS)}, a .tsv file or an "
-                     "extraction folder (tools/captionbert/extract.py)")
+    raise ValueError(f"unknown pair data {name!r}: use one of {', '.join(TRAINING_SETS)}, a .tsv file, an "
+                     "extraction folder (tools/captionbert/extract.py) or an alignment folder (align.py)")
 
 
 def _validation_rows(data_dir):

@@ -58,13 +58,12 @@ import torch.nn.functional as F
 from scipy.stats import spearmanr
 from torch.utils.tensorboard import SummaryWriter
 from tqdm.auto import tqdm
-from transformers import AutoModel
 
 from shared_modeling.amoe import GATE_INIT, TAU, Arm, Dispatch, load_arm, load_dispatch, save_arm, save_dispatch
-from shared_modeling.identity import trunk_hash
 from shared_modeling.losses import cosent, info_nce_with_hard_negatives, symmetric_info_nce
 from tools import registry, runs, sts, training
 from tools.captionbert.amoe import pairs
+from tools.captionbert.amoe.harness import load_trunk, sts8_score, validation_score
 
 CAPTIONBERT = registry.CAPTIONBERT.path
 CONTROL = "control"  # roster entry for the untrained control arm
@@ -101,8 +100,11 @@ class SoloConfig(Common):
     # of 64 moved the mean gate from .047 to .051 and STS-8 by -.012 (paraphrase) and +.004 (equiv).
     steps: int = 480
     batch_size: int = 16
-    data: str = "paraphrase"  # pairs.TRAINING_SETS name, a .tsv file or an extraction folder (the teacher arm)
-    name: str = ""  # the arm's name; default the data's name (the TSV's stem; "teacher" for an extraction folder)
+    data: str = "paraphrase"  # pairs.TRAINING_SETS name, a .tsv file, an extraction folder (the teacher arm) or an
+    #                           alignment folder (the consensus arm, or with --teacher one teacher's arm)
+    teacher: str = ""  # alignment folder only: the teacher whose aligned embeddings the arm fits ("" = the consensus)
+    name: str = ""  # the arm's name; default the data's name (the TSV's stem; "teacher" for an extraction folder,
+    #                 "consensus" or the teacher's name for an alignment folder)
     sts8: bool = True  # score the trained arm on STS-8 too (ARMS.json lists solo scores per task)
     gate_init: float = GATE_INIT  # every site's gate logit at the start (the spec's -3: sigmoid .047)
     relational_weight: float = 0.0  # teacher arm: + this x MSE between the batch's student and teacher cosine
@@ -163,17 +165,6 @@ def parse_config(argv):
 
 
 # ---- the frozen trunk and its arms -----------------------------------------------------------------------------------
-
-def load_trunk(config):
-    """(model, trunk_id): the captionbert trunk, frozen, eval mode (no dropout), fp32, TF32 off."""
-    torch.backends.cuda.matmul.allow_tf32 = False
-    torch.backends.cudnn.allow_tf32 = False
-    if not (Path(config.model) / "config.json").is_file():
-        raise SystemExit(f"--model {config.model} is not a captionbert folder (run `make demo` to build the trunk)")
-    model = AutoModel.from_pretrained(str(config.model), trust_remote_code=True, dtype=torch.float32)
-    model.requires_grad_(False).eval().to(config.device)
-    return model, trunk_hash(model)
-
 
 def shape(model):
     return model.config.hidden_size, model.config.num_hidden_layers
@@ -310,30 +301,6 @@ class RoutingMonitor:
             handle.remove()
 
 
-# ---- scoring ---------------------------------------------------------------------------------------------------------
-
-def validation_score(model, validation, trained_sources):
-    """Every set of the validation suite (tools/captionbert/amoe/pairs.py): Spearman of cosine for the scored sets,
-    same-image MRR for flickr8k-dev, and "mean" over the sets from sources outside trained_sources (the labelled
-    sources the scored arms train on: none of them is judged on its own source)."""
-    scored = {name: rows for name, rows in validation.items() if name != "flickr8k-dev"}
-    result = sts.score(model, scored, [])
-    scores = {name: result[name] for name in scored}
-    if "flickr8k-dev" in validation:
-        scores["flickr8k-dev"] = sts.same_image_retrieval(model, dict(validation["flickr8k-dev"]))["mrr"]
-    return scores | {"mean": pairs.validation_mean(scores, trained_sources)}
-
-
-def sts8_score(model, config):
-    """Spearman per STS-8 task (config.tasks) and their mean, and the in-domain gauge: same-image retrieval on the
-    Flickr8k test captions (flickr8k_recall@1, flickr8k_mrr among flickr8k_images; tools/sts.same_image_retrieval)."""
-    task_pairs = {task: sts.load_task(config.data_dir, task) for task in config.tasks}
-    result = sts.score(model, task_pairs, [])
-    gauge = sts.same_image_retrieval(model, sts.flickr8k_captions(config.data_dir, "test"))
-    return {name: result[name] for name in (*config.tasks, "mean")} | {
-        "flickr8k_recall@1": gauge["recall@1"], "flickr8k_mrr": gauge["mrr"], "flickr8k_images": gauge["images"]}
-
-
 def finished(out):
     path = Path(out) / "metrics.json"
     return path.is_file() and runs.read_json(path).get("status") == "complete"
@@ -342,7 +309,7 @@ def finished(out):
 # ---- solo ------------------------------------------------------------------------------------------------------------
 
 def train_solo(config):
-    data = pairs.load(config.data, config.data_dir)
+    data = pairs.load(config.data, config.data_dir, config.teacher)
     name = config.name or data.name
     validation = pairs.validation_sets(config.data_dir, config.validation_rows)
     model, trunk_id = load_trunk(config)
@@ -445,6 +412,11 @@ def solo_arm(folder, model, trunk_id):
     return name, arm, dispatch, metrics
 
 
+def solo_data(solo_config, data_dir):
+    """The PairSet a solo run trained on, from its config.json (runs from before --teacher fit no teacher)."""
+    return pairs.load(solo_config["data"], data_dir, solo_config.get("teacher", ""))
+
+
 def build_collective(model, members, roster, seed, tau):
     """A Dispatch over `roster`; rows of arms with a solo run start from their solo routing keys (same key
     projections: every dispatch here uses seed 0 for them), the others from a seeded orthogonal init."""
@@ -468,8 +440,7 @@ def run_dispatch(config):
             continue
         name, arm, dispatch, metrics = solo_arm(entry, model, trunk_id)
         members[name] = {"dispatch": dispatch}
-        arms[name], streams[name] = arm, pairs.load(runs.read_json(Path(entry) / "config.json")["data"],
-                                                    config.data_dir)
+        arms[name], streams[name] = arm, solo_data(runs.read_json(Path(entry) / "config.json"), config.data_dir)
         roster.append(name)
     if not streams:
         raise SystemExit("a dispatch needs at least one trained arm (a solo run folder) to draw data from")
@@ -558,7 +529,7 @@ def select(config):
             raise SystemExit(f"{name}: every solo run of a candidate scores STS-8 (the validation-against-test "
                              "diagnostic); a run made with --no-sts8 cannot be selected")
         members[name] = Candidate(arm=seeds[0][1], dispatch=seeds[0][2], config=solo_config,
-                                  data=pairs.load(solo_config["data"], config.data_dir),
+                                  data=solo_data(solo_config, config.data_dir),
                                   seeds=[seed[3] for seed in seeds])
     sources = {name: member.data.labelled_source for name, member in members.items()}
     bar = max(member.spread for member in members.values())
