@@ -134,3 +134,17 @@ def test_the_readme_snippets_run_on_the_shipped_folders_in_a_fresh_process():
                                 env=environment, check=False)  # -P: the working directory is not on sys.path
         assert result.returncode == 0, result.stderr[-2000:]
         assert result.stdout.strip().splitlines()[-1] == expected
+
+
+def test_the_glyph_cards_llama_cpp_snippet_survives_a_text_longer_than_the_model():
+    """llama-cpp-python's default context (512) is longer than the model's 256 positions: a longer text then aborts
+    the process in a GGML assertion Python cannot catch. The card's snippet, run in its own process on a 300-token
+    text, must return a unit vector."""
+    folder = registry.GLYPH.path
+    card = (folder / "README.md").read_text()
+    snippet = next(block for block in re.findall(r"```python\n(.*?)```", card, flags=re.S) if "llama_cpp" in block)
+    longer = 'llm.embed("a ⇒ b " * 100, normalize=True)'  # 300 tokens
+    program = f"{snippet}import numpy\nprint(round(float(numpy.linalg.norm({longer})), 4))\n"
+    result = subprocess.run([sys.executable, "-c", program], cwd=folder, capture_output=True, text=True, check=False)
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert result.stdout.strip().splitlines()[-1] == "1.0"

@@ -118,9 +118,10 @@ def stage_values(stage, learning_rate):
             "final_loss": f"{stage['final_loss']:.3f}", "minutes": stage["training_minutes"]}
 
 
-def card_context(corpus, train_config, train, evaluation, export):
+def card_context(corpus, train_config, train, evaluation, export, model_config):
     """The values card.md shows, from the run records: the records themselves (for numbers printed as they are)
-    and ready-made strings (formatted numbers, tables, the YAML front matter)."""
+    and ready-made strings (formatted numbers, tables, the YAML front matter); model_config: the trained model's
+    config.json."""
     rows = evaluation["rows"]
     model, general = rows[MODEL], rows.get(GENERAL)
     tokenizer = corpus["tokenizer"]
@@ -137,6 +138,7 @@ def card_context(corpus, train_config, train, evaluation, export):
                                              "gguf", "glyph-notation"], datasets=None, model_name=MODEL,
                                        results=results),
         "train_config": train_config, "export": export, "tokenizer": tokenizer,
+        "positions": gguf.context_length(model_config),
         "parameters_millions": f"{train['parameters'] / 1e6:.1f}", "parameters": f"{train['parameters']:,}",
         "mlm": stage_values(train["mlm"], train_config["mlm_learning_rate"]),
         "contrastive": stage_values(train["contrastive"], train_config["contrastive_learning_rate"]),
@@ -170,7 +172,7 @@ def card_from_records(folder, root=runs.ROOT):
     corpus, train, evaluation = (root / config[name] for name in ("corpus", "train", "eval"))
     context = card_context(runs.read_json(corpus / "metrics.json"), runs.read_json(train / "config.json"),
                            runs.read_json(train / "metrics.json"), runs.read_json(evaluation / "metrics.json"),
-                           runs.read_json(Path(folder) / "metrics.json"))
+                           runs.read_json(Path(folder) / "metrics.json"), runs.read_json(train / "final" / "config.json"))
     return cards.render(Path(__file__).with_name("card.md"), **context)
 
 

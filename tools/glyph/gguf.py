@@ -198,6 +198,13 @@ def load_weights(safetensors_path):
 
 
 # ---- the export -----------------------------------------------------------------------------------------------------
+
+def context_length(config):
+    """The tokens a text can use in a RoBERTa config (dict), and so the GGUF's context length: RoBERTa numbers
+    positions from pad_token_id + 1, llama.cpp's bert graph from 0."""
+    return config["max_position_embeddings"] - config["pad_token_id"] - 1
+
+
 def export_gguf(model_dir, out_path, dtype="f32", name=None):
     """Write `model_dir` (RobertaModel or sentence-transformers folder) as a llama.cpp bert GGUF; returns the path.
     Refuses an out_path that does not end in .gguf, and weights that are not finite as written (f16 casts included);
@@ -222,7 +229,7 @@ def export_gguf(model_dir, out_path, dtype="f32", name=None):
         raise NotRobertaError(f"{files}/model.safetensors is not a RobertaModel state dict: "
                               f"unexpected {unexpected[:5]}, missing {missing[:5]}")
     offset = config["pad_token_id"] + 1  # RoBERTa's first position id (create_position_ids_from_input_ids)
-    n_positions = config["max_position_embeddings"] - offset
+    n_positions = context_length(config)
     position_table = weights["embeddings.position_embeddings.weight"]
     if position_table.shape[0] != config["max_position_embeddings"]:
         raise NotRobertaError(f"{files}: position table has {position_table.shape[0]} rows, config says "
