@@ -1,7 +1,7 @@
 """tools/publish.py against a mock Hub on 127.0.0.1 (tests/mock_hub.py): a publish uploads exactly the folder's model
 files, byte for byte, the repo then loads by its id through huggingface_hub's download and cache code with the Hub
-offline, a dry run uploads nothing, and a folder that is not ready is refused before anything goes up. Only files on
-the allow-list of model files go up, a link out of the folder is refused, and nothing goes up without a yes."""
+offline, a dry run uploads nothing, and a folder that is not ready is refused before anything goes up. Only the files
+of the model's manifest go up, any symbolic link is refused, and nothing goes up without a yes."""
 
 import hashlib
 import io
@@ -39,7 +39,10 @@ NOT_MODEL = {"__pycache__/modeling_captionbert.cpython-311.pyc": b"\x00compiled"
              "export-check/run.json": b"{}", "export-check/metrics.json": b"{}",
              "checkpoint.pt": b"\x80pickle", "pytorch_model.bin": b"\x80pickle", "model.safetensors.tmp": b"",
              "._model.safetensors": b"\x00", "tensorboard/events.out.tfevents.1700000000.host.1.0": b"\x00",
-             "wandb/latest-run/logs/debug.log": b"", "run.json": b"{}"}
+             "wandb/latest-run/logs/debug.log": b"", "run.json": b"{}",
+             # what the old allow-list's patterns (*.py, config*.json, *.safetensors) let through
+             "secrets.py": b"HF_TOKEN = 'hf_secret'", "config.local.json": b'{"token": "hf_secret"}',
+             "optimizer_state.safetensors": b"\x00state", "amoe/arms/draft.safetensors": b"\x00not listed"}
 SNAPSHOT = "import sys; from huggingface_hub import snapshot_download; print(snapshot_download(sys.argv[1]))"
 LOAD_BY_ID = textwrap.dedent("""
     import importlib.util, json, sys
@@ -65,6 +68,9 @@ def tiny(tmp_path_factory):
     for name in ROSTER:
         save_arm(folder / "amoe" / "arms" / f"{name}.safetensors", Arm(64, 2), name, trunk_hash(model), {})
     save_dispatch(folder / "amoe" / "collective" / "dispatch.safetensors", Dispatch(ROSTER, 64, 2), trunk_hash(model))
+    (folder / "amoe" / "arms" / "ARMS.json").write_text(json.dumps(
+        {"collective": "collective", "roster": ROSTER, "arms": {name: {"file": f"arms/{name}.safetensors"}
+                                                                for name in ROSTER}}))
     (folder / "README.md").write_text(CARD)
     model_files = {path.relative_to(folder).as_posix(): path.read_bytes()
                    for path in sorted(folder.rglob("*")) if path.is_file()}
@@ -102,7 +108,7 @@ def test_without_a_token_it_checks_and_lists_the_folder_and_uploads_nothing(tiny
     assert listed == {name: f"{len(content):,}" for name, content in model_files.items()}
     total = sum(map(len, model_files.values()))
     assert f"{len(model_files)} files, {total:,} bytes" in output
-    assert f"skipped (not on the list of model files): {', '.join(sorted(NOT_MODEL))}" in output
+    assert f"not uploaded (not in the model's manifest): {', '.join(sorted(NOT_MODEL))}" in output
     assert f"its AMOE arms {ROSTER} attach" in output
 
 
@@ -176,27 +182,32 @@ def test_bad_arguments_are_refused_with_a_clear_message(args, message):
         publish.main(args)
 
 
-def test_the_allow_list_publishes_every_file_of_the_hub_folders_and_nothing_else(tmp_path):
-    """Each Hub folder's tracked files and the weights make demo builds go up; files a run leaves beside them do
-    not, and are listed as skipped."""
+def test_the_manifest_publishes_every_file_of_the_hub_folders_and_nothing_else(tmp_path):
+    """Each Hub folder's tracked files go up (the AMOE library as its ARMS.json lists it); files a run or a person
+    leaves beside them do not, and are listed as not uploaded."""
     for pipeline in registry.PIPELINES:
         name = pipeline.folder
         tracked = subprocess.run(["git", "ls-files", name], cwd=ROOT, capture_output=True, text=True, check=True)
         model_files = {path.removeprefix(f"{name}/") for path in tracked.stdout.split()}
-        model_files |= {pattern.replace("*", "weights") for pattern in pipeline.weights}
         for file in model_files | set(NOT_MODEL):
             (tmp_path / name / file).parent.mkdir(parents=True, exist_ok=True)
             (tmp_path / name / file).touch()
+        if (pipeline.path / "amoe" / "arms" / "ARMS.json").is_file():
+            shutil.copy(pipeline.path / "amoe" / "arms" / "ARMS.json", tmp_path / name / "amoe" / "arms")
         files, skipped = publish.published_files(tmp_path / name)
         assert set(files) == model_files and set(skipped) == set(NOT_MODEL), name
+        assert publish.missing_files(tmp_path / name, files) == [], name
 
 
-def test_a_link_out_of_the_folder_is_refused(tmp_path):
+@pytest.mark.parametrize("target", ["outside", ".hidden-token"])
+def test_every_symbolic_link_is_refused(tmp_path, target):
+    """A link out of the folder, or to a hidden file inside it: either would publish what it points to."""
     folder = tmp_path / "captionbert-8192-v2"
     folder.mkdir()
-    (tmp_path / "elsewhere.safetensors").write_bytes(b"not this folder's")
-    (folder / "model.safetensors").symlink_to(tmp_path / "elsewhere.safetensors")
-    with pytest.raises(SystemExit, match="model.safetensors -> .*elsewhere.safetensors: symbolic links out of"):
+    (tmp_path / "outside").write_bytes(b"not this folder's")
+    (folder / ".hidden-token").write_bytes(b"hf_secret")
+    (folder / "model.safetensors").symlink_to(folder / target if target.startswith(".") else tmp_path / target)
+    with pytest.raises(SystemExit, match="symbolic links model.safetensors: what they point to would be published"):
         publish.published_files(folder)
 
 

@@ -10,14 +10,14 @@ Usage:
 The token is --token, else HF_TOKEN, else the one `hf auth login` stored; without one it is a dry run.
 
 What it does; every folder is checked before anything goes up:
-    1. picks the files to publish by an allow-list (PUBLISHED): the configs, the tokenizer files, the top-level code,
-       the weights (*.safetensors, *.gguf), the card and its images, the amoe/ library and the configs of
-       sentence-transformers' module folders (1_Pooling/, ...); hidden files never. Every other file (checkpoints,
-       *.bin, run records, TensorBoard events, caches, ...) is listed as skipped. A symbolic link that leads out of
-       the folder stops the run: its target would go up as the folder's file;
-    2. checks the folder: its shared_*.py are the copies `make vendor` generates, the weights `make demo` builds are
-       among the files, and the model card README.md has YAML front matter and is what its run records give
-       (tools/cards.py; a folder exported outside this checkout: not older than model.safetensors);
+    1. picks the files to publish by the model's exact manifest (manifest): the files tools/registry.py lists for its
+       pipeline (code, config, tokenizer, weights, card and images), its vendored shared_*.py and the AMOE library
+       its amoe/arms/ARMS.json lists. Every other file (a secrets.py, a config.local.json, optimizer state,
+       checkpoints, run records, caches, ...) is listed as not uploaded. A symbolic link stops the run: its target
+       would go up as the folder's file;
+    2. checks the folder: its shared_*.py are the copies `make vendor` generates, every file of the manifest and the
+       weights `make demo` builds are there, and the model card README.md has YAML front matter and is what its run
+       records give (tools/cards.py; a folder exported outside this checkout: not older than model.safetensors);
     3. copies exactly the picked files to a temporary folder and loads it in a fresh process where the project is not
        importable, the way a user does (AutoModel with remote code, or SentenceTransformer), embeds two texts and,
        where amoe/ ships, attaches the arms;
@@ -51,15 +51,6 @@ from huggingface_hub.utils import validate_repo_id
 from tools import cards, registry, runs, vendor
 
 
-PUBLISHED = (  # what a Hub repo of these models holds: paths in the folder, matched folder by folder (fnmatch)
-    "config*.json", "modules.json", "sentence_bert_config.json",  # configs
-    "tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "vocab.txt", "vocab.json", "merges.txt",
-    "*.py",  # remote code and its vendored shared_*.py copies
-    "*.safetensors", "*.safetensors.index.json", "*.gguf",  # weights (the index of a sharded checkpoint)
-    "README.md", "*.png", "*.jpg", "*.svg",  # the model card and its images
-    "amoe/*/*.safetensors", "amoe/arms/ARMS.json",  # AMOE: arms/, routing/ (solo), <collective>/dispatch; provenance
-    "[0-9]*_*/config.json",  # sentence-transformers' modules after the first (1_Pooling/, 2_Normalize/)
-)
 PROBE_TEXTS = ["A dog runs across the grass.", "Two men play chess in a park at dusk."]
 KEPT_ON_THE_HUB = ".gitattributes"  # the Hub writes it into every new repo; it decides what is stored in LFS
 
@@ -110,32 +101,36 @@ def repo_id(config, folder):
 
 # ---- what goes up --------------------------------------------------------------------------------------------------
 
-def is_model_file(name):
-    """Whether `name` (a path in the folder) matches a PUBLISHED pattern; fnmatch's * also matches a leading dot,
-    so hidden files (macOS's ._* copies, editors' backups) are ruled out first."""
-    parts = name.split("/")
-    return not any(part.startswith(".") for part in parts) and any(
-        len(pattern.split("/")) == len(parts) and all(map(fnmatch.fnmatchcase, parts, pattern.split("/")))
-        for pattern in PUBLISHED)
+def manifest(folder):
+    """The exact paths a Hub repo of `folder` holds: its pipeline's files (tools/registry.py), the vendored
+    shared_*.py (tools/vendor.py) and, where amoe/arms/ARMS.json ships, that file, the arms and routings it lists and
+    its collective's dispatch."""
+    names = {*registry.BY_FOLDER[folder.name].files, *(path.name for path in vendor.expected_copies(folder))}
+    arms_json = folder / "amoe" / "arms" / "ARMS.json"
+    if arms_json.is_file():
+        try:
+            library = json.loads(arms_json.read_text())
+            names |= {"amoe/arms/ARMS.json", *(f"amoe/{arm[key]}" for arm in library["arms"].values()
+                                               for key in ("file", "routing") if key in arm)}
+        except (ValueError, KeyError, TypeError, AttributeError) as problem:
+            raise SystemExit(f"{arms_json} does not list the AMOE library (arms: {{name: {{file, routing}}}}): "
+                             f"{problem!r}")
+        if library.get("collective"):
+            names.add(f"amoe/{library['collective']}/dispatch.safetensors")
+    return names
 
 
 def published_files(folder):
-    """({path in the repo: Path} of the model files, [paths of the folder's other files: skipped]). Refuses a
-    folder with a symbolic link that leads out of it."""
-    files, skipped, links_out = {}, [], []
-    for path in sorted(folder.rglob("*")):  # does not descend into linked folders
-        name = path.relative_to(folder).as_posix()
-        if path.is_symlink() and not path.resolve().is_relative_to(folder.resolve()):
-            links_out.append(f"{name} -> {path.resolve()}")
-        elif path.is_file():
-            if is_model_file(name):
-                files[name] = path
-            else:
-                skipped.append(name)
-    if links_out:
-        raise SystemExit(f"{folder}: {', '.join(links_out)}: symbolic links out of the folder would publish what "
-                         "they point to; copy the files in or remove the links")
-    return files, skipped
+    """({path in the repo: Path} of the folder's files in its manifest, [paths of its other files: not uploaded]).
+    Refuses a folder holding a symbolic link: what it points to would go up as the folder's file."""
+    links = [path.relative_to(folder).as_posix() for path in sorted(folder.rglob("*")) if path.is_symlink()]
+    if links:
+        raise SystemExit(f"{folder}: symbolic links {', '.join(links)}: what they point to would be published as the "
+                         "folder's files; copy the files in or remove the links")
+    listed = manifest(folder)
+    present = {path.relative_to(folder).as_posix(): path for path in sorted(folder.rglob("*")) if path.is_file()}
+    return ({name: path for name, path in present.items() if name in listed},
+            [name for name in present if name not in listed])
 
 
 def print_plan(repo, folder, files, skipped):
@@ -145,7 +140,7 @@ def print_plan(repo, folder, files, skipped):
         print(f"  {path.stat().st_size:>15,}  {name}")
     print(f"  {len(files)} files, {total:,} bytes ({total / 1e6:,.1f} MB)")
     if skipped:
-        print(f"  skipped (not on the list of model files): {', '.join(skipped)}")
+        print(f"  not uploaded (not in the model's manifest): {', '.join(skipped)}")
 
 
 # ---- checks --------------------------------------------------------------------------------------------------------
@@ -156,10 +151,14 @@ def vendoring_problems(folder):
     return [f"{problem} (run `make vendor`)" for problem in vendor.folder_drift(folder)]
 
 
-def missing_weights(folder, files):
-    return [f"no {pattern} (`make demo` builds it, `make release` ships it into the folder)"
-            for pattern in registry.BY_FOLDER[folder.name].weights
-            if not any(fnmatch.fnmatchcase(name, pattern) for name in files)]
+def missing_files(folder, files):
+    """The manifest's files the folder lacks, and the weights `make demo` builds that it lacks."""
+    pipeline = registry.BY_FOLDER[folder.name]
+    built = " (`make demo` builds it, `make release` ships it into the folder)"
+    return [f"no {name}" + (built if pipeline.is_built(name) else "") for name in sorted(manifest(folder) - set(files))
+            if not name.startswith("shared_")] + [  # vendoring_problems names missing copies
+        f"no {pattern}{built}" for pattern in pipeline.weights
+        if not any(fnmatch.fnmatchcase(name, pattern) for name in files)]
 
 
 def tokenizer_problems(folder):
@@ -281,7 +280,7 @@ def main(argv=None):
 
     plans = {folder: published_files(folder) for folder in config.folders}
     problems = [f"{folder.name}: {problem}" for folder, (files, _) in plans.items()
-                for problem in vendoring_problems(folder) + missing_weights(folder, files) + tokenizer_problems(folder)
+                for problem in vendoring_problems(folder) + missing_files(folder, files) + tokenizer_problems(folder)
                 + card_problems(folder)]
     if problems:
         raise SystemExit("not published; fix these first:\n  " + "\n  ".join(problems))

@@ -25,6 +25,8 @@ class Pipeline:
     loader: str  # how a user loads the folder: "AutoModel" (remote code, .encode) or "SentenceTransformer"
     built: tuple  # fnmatch patterns (paths in the folder) of what its export writes besides `weights`: the rest of the
     #               Hub folder (code, config, tokenizer) is the folder's own, the files a build starts from
+    files: tuple  # every path its Hub repo holds but the vendored shared_*.py and the AMOE library (which
+    #               tools/publish.manifest adds): the folder's own code, config and tokenizer, and what export writes
 
     @property
     def path(self):
@@ -66,16 +68,25 @@ class Pipeline:
                 shutil.copy(path, Path(to) / relative)
 
 
+SENTENCE_TRANSFORMERS_FILES = ("modules.json", "sentence_bert_config.json", "config_sentence_transformers.json")
 PIPELINES = (
     Pipeline("captionbert", "captionbert-8192-v2",
              ("layers", "pooling", "identity", "checks", "encoding", "amoe_mixin", "amoe"),
              ("model.safetensors", "amoe/arms/*.safetensors", "amoe/*/*.safetensors"), "AutoModel",
-             ("README.md", "loss_curve.png", "amoe/*")),
+             ("README.md", "loss_curve.png", "amoe/*"),
+             ("config.json", "configuration_captionbert.py", "modeling_captionbert.py",
+              "sentence_transformers_module.py", "tokenizer.json", "tokenizer_config.json",
+              *SENTENCE_TRANSFORMERS_FILES, "model.safetensors", "README.md", "loss_curve.png")),
     Pipeline("glyph", "glyph-embedder-v2", (),
              ("model.safetensors", "glyph-embedder-v2-f16.gguf"), "SentenceTransformer",
-             ("README.md", "training_curve.png", "*.gguf")),
+             ("README.md", "training_curve.png", "*.gguf"),
+             ("config.json", "tokenizer.json", "tokenizer_config.json", *SENTENCE_TRANSFORMERS_FILES,
+              "1_Pooling/config.json", "2_Normalize/config.json", "model.safetensors", "glyph-embedder-v2-f16.gguf",
+              "README.md", "training_curve.png")),
     Pipeline("geolip", "geolip-clip-ctx576", ("pooling", "segments", "identity", "checks", "encoding"),
-             ("model.safetensors",), "AutoModel", ("README.md", "training_curve.png")),
+             ("model.safetensors",), "AutoModel", ("README.md", "training_curve.png"),
+             ("config.json", "configuration_geolip.py", "modeling_geolip.py", "tokenizer.json", "tokenizer_config.json",
+              "model.safetensors", "README.md", "training_curve.png")),
 )
 BY_NAME = {pipeline.name: pipeline for pipeline in PIPELINES}
 BY_FOLDER = {pipeline.folder: pipeline for pipeline in PIPELINES}
