@@ -199,3 +199,16 @@ def test_weights_that_are_not_finite_are_refused(tiny_roberta, tmp_path, value, 
                                          rf"finite as written \({dtype}\): 1 of 8,192 values; nothing written"):
         glyph_gguf.main(["--model", str(folder), "--out", str(out), "--dtype", dtype])
     assert not out.parent.exists()
+
+
+def test_a_corrupted_gguf_is_refused_not_embedded_as_nan(ggufs, tmp_path):
+    """A GGUF whose weights were corrupted after export (a NaN in one tensor) loads in llama.cpp and returns NaN
+    embeddings; llama_embed must raise, as the PyTorch path does, naming the file."""
+    corrupted = shutil.copy(ggufs["f32"], tmp_path / "corrupted.gguf")
+    reader = gguf.GGUFReader(corrupted, "r+")
+    tensor = next(t for t in reader.tensors if t.name == "blk.1.ffn_down.weight")
+    tensor.data.reshape(-1)[7] = np.nan
+    reader.data.flush()
+    del reader
+    with pytest.raises(ValueError, match=r"corrupted.gguf: llama.cpp returned embeddings that are not finite"):
+        glyph_gguf.llama_embed(corrupted, ["a ⇒ b", "¬b"])

@@ -328,7 +328,8 @@ def pack(sequences, n_tokens, n_seqs):
 
 def llama_embed(model, texts, normalize=True, batch_tokens=None):
     """(len(texts), hidden) float32 embeddings from llama.cpp's MEAN pooling, L2-normalised unless normalize=False.
-    model: a .gguf path or a Llama from load_llama(). Sequences are packed into batches of <= n_batch tokens."""
+    model: a .gguf path or a Llama from load_llama(). Sequences are packed into batches of <= n_batch tokens.
+    ValueError if an embedding is not finite (a corrupted file)."""
     import llama_cpp
 
     llm = load_llama(model, batch_tokens) if isinstance(model, (str, Path)) else model
@@ -361,6 +362,10 @@ def llama_embed(model, texts, normalize=True, batch_tokens=None):
                 out[first + seq_id] = np.ctypeslib.as_array(pointer, shape=(n_embd,))
     finally:
         llama_cpp.llama_batch_free(batch)
+    broken = ~np.isfinite(out).all(axis=1)
+    if broken.any():  # llama.cpp runs a corrupted file without a word; the PyTorch path refuses non-finite weights
+        raise ValueError(f"{llm.model_path}: llama.cpp returned embeddings that are not finite for {broken.sum()} of "
+                         f"{len(texts)} texts: the file's weights are corrupted (export it again)")
     if normalize:
         out /= np.maximum(np.linalg.norm(out, axis=1, keepdims=True), 1e-12)
     return out
