@@ -28,6 +28,7 @@ class AttachedArms:
     switch: object  # the ArmSwitch the wrapped layers read
     fingerprint: torch.Tensor  # the bare trunk's embeddings of a fixed probe batch (the toggle law's reference)
     trunk_hash: str  # trunk_hash of the bare trunk
+    placement: tuple  # (dtype, device) the fingerprint was taken in
 
 
 class AmoeMixin:
@@ -64,7 +65,7 @@ class AmoeMixin:
             module.to(device=self.device, dtype=self.dtype)
         fingerprint, switch = self._amoe_fingerprint(), ArmSwitch(dispatch.roster)
         wrap_layers(self.encoder.layers, arms, dispatch, switch, (compiled and compiled_arm_step()) or arm_step)
-        self._amoe = AttachedArms(arms, dispatch, switch, fingerprint, identity)
+        self._amoe = AttachedArms(arms, dispatch, switch, fingerprint, identity, (self.dtype, self.device))
         with self.amoe_off():
             if not torch.equal(self._amoe_fingerprint(), fingerprint):
                 self._unwrap()
@@ -84,10 +85,17 @@ class AmoeMixin:
         self._attached().switch.set(names)
 
     def detach_amoe(self):
-        """Remove the arms, put the original layer objects back, check the bare trunk; returns {"arms", "dispatch"}."""
+        """Remove the arms, put the original layer objects back, check the bare trunk; returns {"arms", "dispatch"}.
+        After a dtype or device change while attached (model.half(), model.to(...)) the attach-time fingerprint no
+        longer applies, so the check compares the model with every arm off, just before, with the bare trunk after,
+        both as the model is now."""
         state = self._attached()
+        reference = state.fingerprint
+        if (self.dtype, self.device) != state.placement:
+            with self.amoe_off():
+                reference = self._amoe_fingerprint()
         self._unwrap()
-        if not torch.equal(self._amoe_fingerprint(), state.fingerprint):
+        if not torch.equal(self._amoe_fingerprint(), reference):
             raise RuntimeError("toggle law violated: after detaching, the model differs from the bare trunk")
         return {"arms": state.arms, "dispatch": state.dispatch}
 

@@ -385,6 +385,21 @@ def test_arms_in_memory_attach_through_the_same_entry_point_and_keep_training(mo
         model.detach_amoe()
 
 
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_arms_detach_after_the_model_changes_dtype(model_with_arms, dtype):
+    """attach_amoe(); model.to(half); detach_amoe(): the float32 fingerprint no longer applies, so the toggle law is
+    checked as the model is now (every arm off, before == the bare trunk, after)."""
+    _, model = model_with_arms
+    model.attach_amoe()
+    model.to(dtype)
+    on = embed(model)
+    with model.amoe_off():
+        off = embed(model)
+    assert not torch.equal(on, off)
+    model.detach_amoe()
+    assert model.dtype == dtype and torch.equal(embed(model), off)
+
+
 def test_loading_the_bare_model_does_not_import_the_amoe_code(model_with_arms):
     import subprocess
     import sys
