@@ -127,5 +127,9 @@ class CaptionBertModel(TextEncoderMixin, AmoeMixin, CaptionBertPreTrainedModel):
         batch = self.tokenizer.pad({"input_ids": rows}, return_tensors="pt")
         return self(batch["input_ids"].to(self.device), batch["attention_mask"].to(self.device)).pooler_output
 
+    def encode_pinned(self):
+        """One AMOE roster for every batch of an encode call, whatever set_amoe does meanwhile in another thread."""
+        return self.amoe_roster_pinned()
+
 
 __all__ = ["CaptionBertModel", "CaptionBertPreTrainedModel"]

@@ -6,9 +6,11 @@ A model mixes `TextEncoderMixin` in before its PreTrainedModel class and provide
   embedding_dim          the width E of its embeddings (a property);
   encode_ids(texts)      per text its token ids, the model's own tokenisation and truncation (with its warnings);
   embed_ids(rows)        the embeddings (b, E) of b rows of such ids, in one forward pass;
-and the class attribute `encode_batch_size`, encode's default rows per forward pass.
+and the class attribute `encode_batch_size`, encode's default rows per forward pass. A model whose forward reads state
+another thread may change (captionbert's AMOE roster) overrides `encode_pinned()` to pin it for a whole encode call.
 """
 
+import contextlib
 import sys
 
 import torch
@@ -64,7 +66,7 @@ class TextEncoderMixin:
         if was_training:  # in eval mode (from_pretrained's) nothing is switched, so threads may share the model
             self.eval()
         try:
-            with torch.inference_mode():
+            with torch.inference_mode(), self.encode_pinned():
                 for start in tqdm(starts, desc="encode", disable=not show_progress_bar):
                     rows = order[start:start + batch_size]
                     embeddings[rows] = self.embed_ids([token_ids[i] for i in rows]).float()  # (b, E)
@@ -75,3 +77,7 @@ class TextEncoderMixin:
         if single:
             embeddings = embeddings[0]
         return embeddings.cpu().numpy() if convert_to_numpy else embeddings
+
+    def encode_pinned(self):
+        """The context one encode call runs inside, every batch of it: none here (see the module docstring)."""
+        return contextlib.nullcontext()

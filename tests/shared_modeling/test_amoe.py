@@ -4,6 +4,7 @@ fresh arms, and the toggle law on a wrapped encoder (arms off == bare trunk, bit
 import json
 import math
 
+import numpy as np
 import pytest
 import torch
 
@@ -398,6 +399,28 @@ def test_arms_detach_after_the_model_changes_dtype(model_with_arms, dtype):
     assert not torch.equal(on, off)
     model.detach_amoe()
     assert model.dtype == dtype and torch.equal(embed(model), off)
+
+
+def test_one_encode_call_keeps_one_roster_while_another_thread_sets_another(model_with_arms):
+    """set_amoe between two batches of one encode call (as another thread may do) changes the next call, not the
+    rest of this one."""
+    _, model = model_with_arms
+    texts = ["a dog runs", "two men play chess", "a red car", "rain on the window"]
+    model.attach_amoe()
+    on = model.encode(texts, batch_size=1)
+    with model.amoe_off():
+        off = model.encode(texts, batch_size=1)
+    embed_ids = model.embed_ids
+
+    def set_between_batches(rows):
+        embeddings = embed_ids(rows)
+        model.set_amoe([])
+        return embeddings
+
+    model.embed_ids = set_between_batches
+    assert np.array_equal(model.encode(texts, batch_size=1), on)  # the roster the call started with, every batch
+    assert np.array_equal(model.encode(texts, batch_size=1), off)  # the next call reads the new one
+    del model.embed_ids
 
 
 def test_loading_the_bare_model_does_not_import_the_amoe_code(model_with_arms):
