@@ -18,7 +18,7 @@ from transformers.utils import can_return_tuple
 
 from .configuration_captionbert import CaptionBertConfig
 from .shared_amoe_mixin import AmoeMixin
-from .shared_checks import check_finite
+from .shared_checks import check_finite, check_has_tokens
 from .shared_encoding import TextEncoderMixin
 from .shared_layers import Embeddings, Encoder
 from .shared_pooling import l2_normalize, masked_mean_pool
@@ -110,6 +110,7 @@ class CaptionBertModel(TextEncoderMixin, AmoeMixin, CaptionBertPreTrainedModel):
         """WordPiece ids with [CLS]/[SEP]; inputs over usable_length keep their first tokens and the closing [SEP]."""
         limit = self.usable_length
         token_ids = self.tokenizer(texts, truncation=False, verbose=False)["input_ids"] if texts else []
+        check_has_tokens(texts, token_ids, special_tokens=2)  # [CLS] and [SEP] alone: nothing of the text
         too_long = [i for i, ids in enumerate(token_ids) if len(ids) > limit]
         if too_long:
             warnings.warn(

@@ -29,7 +29,7 @@ from transformers import initialization as init
 from transformers.modeling_outputs import BaseModelOutputWithPooling
 
 from .configuration_geolip import GeolipConfig
-from .shared_checks import check_finite, check_texts
+from .shared_checks import check_finite, check_has_tokens, check_texts
 from .shared_encoding import TextEncoderMixin
 from .shared_identity import embedding_space, trunk_hash
 from .shared_pooling import l2_normalize, masked_mean_pool
@@ -267,9 +267,7 @@ class GeolipModel(TextEncoderMixin, GeolipPreTrainedModel):
         """Token ids of each text without special tokens; texts longer than the segments cover keep their first
         covered_tokens (452 by default; one warning per call). A text with no tokens is a ValueError."""
         ids = self.tokenizer(texts, add_special_tokens=False, verbose=False)["input_ids"] if texts else []
-        empty = [i for i, row in enumerate(ids) if not row]
-        if empty:
-            raise ValueError(f"texts[{empty[0]}] has no tokens; every text needs at least one")
+        check_has_tokens(texts, ids)
         limit = covered_tokens(self.config.segment_size, self.config.segment_stride, self.config.max_segments)
         too_long = [i for i, row in enumerate(ids) if len(row) > limit]
         if too_long:

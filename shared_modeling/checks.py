@@ -28,6 +28,16 @@ def check_texts(texts):
     return texts, single
 
 
+def check_has_tokens(texts, token_ids, special_tokens=0):
+    """Refuse a text its tokenizer reduces to nothing but the `special_tokens` it adds around every text: combining
+    marks alone, U+FFFD, variation selectors and private-use characters pass check_texts but give no token, and
+    would all embed as one shared vector."""
+    empty = [i for i, ids in enumerate(token_ids) if len(ids) <= special_tokens]
+    if empty:
+        raise ValueError(f"texts[{empty[0]}] has no tokens ({texts[empty[0]]!r:.40}): the tokenizer drops every "
+                         "character of it, so there is nothing to embed")
+
+
 def check_batch_size(batch_size):
     """A positive int (bool is not one), or a TypeError / ValueError."""
     if not isinstance(batch_size, int) or isinstance(batch_size, bool):

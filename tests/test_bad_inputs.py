@@ -11,6 +11,7 @@ from safetensors.torch import load_file, save_file
 from transformers import AutoModel
 
 from helpers import CAPTIONBERT, TINY_CAPTIONBERT, build_from_folder, captionbert_copy
+from tools import registry
 from test_geolip import geolip_folder
 
 BAD_TEXTS = [  # (id, texts, error type, message pattern)
@@ -25,6 +26,9 @@ BAD_TEXTS = [  # (id, texts, error type, message pattern)
     ("zero-width text", ["\u200b\u200b"], ValueError, r"texts\[0\] has no content"),
     ("control characters only", ["\x00\x07"], ValueError, r"texts\[0\] has no content"),
 ]
+DROPPED_BY_WORDPIECE = [  # characters a WordPiece tokenizer drops: without a check the text embeds as [CLS][SEP] alone
+    ("combining accent alone", ["a dog", "\u0301"], 1), ("replacement character", ["\ufffd"], 0),
+    ("variation selector", ["\ufe0f"], 0), ("private-use characters", ["\ue000\ue001"], 0)]
 BAD_BATCH_SIZES = [("8", TypeError, "batch_size must be an int, got str"),
                    (2.5, TypeError, "batch_size must be an int, got float"),
                    (True, TypeError, "batch_size must be an int, got bool"),
@@ -52,6 +56,27 @@ def model(request, folders):
 def test_encode_refuses_bad_texts(model, texts, error, message):
     with pytest.raises(error, match=message):
         model.encode(texts)
+
+
+@pytest.fixture(scope="module", params=["captionbert", "geolip"])
+def wordpiece_model(request, folders):
+    """captionbert's tiny folder (the real vocabulary), and the shipped geolip folder: its tiny folder's byte-level
+    BPE gives every character a token, the shipped one reads all-MiniLM-L6-v2's WordPiece."""
+    folder = folders["captionbert"] if request.param == "captionbert" else registry.GEOLIP.path
+    return AutoModel.from_pretrained(folder, trust_remote_code=True).eval()
+
+
+@pytest.mark.parametrize("texts, index", [row[1:] for row in DROPPED_BY_WORDPIECE],
+                         ids=[row[0] for row in DROPPED_BY_WORDPIECE])
+def test_encode_refuses_a_text_its_tokenizer_reduces_to_nothing(wordpiece_model, texts, index):
+    with pytest.raises(ValueError, match=rf"texts\[{index}\] has no tokens"):
+        wordpiece_model.encode(texts)
+
+
+def test_emoji_only_texts_are_embedded_as_the_unknown_token(wordpiece_model):
+    """Not refused: the tokenizer makes each emoji [UNK], so two emoji-only texts embed alike (the cards say so)."""
+    first, second = wordpiece_model.encode(["😀", "🎉"])
+    assert np.linalg.norm(first) == pytest.approx(1, abs=1e-5) and np.allclose(first, second, atol=1e-5)
 
 
 @pytest.mark.parametrize("batch_size, error, message", BAD_BATCH_SIZES, ids=lambda value: repr(value)[:20])
