@@ -1,6 +1,7 @@
 """The STS-8 harness: raw-format loaders, every encoder kind, and the published all-MiniLM-L6-v2 scores."""
 
 import json
+import shutil
 
 import numpy as np
 import pytest
@@ -57,6 +58,21 @@ def test_same_image_retrieval_ranks_each_images_own_caption():
     assert sts.same_image_retrieval(ByImage(False), captions) == {"recall@1": 1.0, "mrr": 1.0, "images": 3}
     swapped = sts.same_image_retrieval(ByImage(True), captions)  # a and b rank their own caption last (of 3)
     assert swapped["recall@1"] == pytest.approx(1 / 3) and swapped["mrr"] == pytest.approx((1 / 3 + 1 / 3 + 1) / 3)
+
+
+def test_two_folders_of_one_name_with_different_code_are_refused_in_one_process(tiny_captionbert, tmp_path):
+    """transformers caches remote code by the folder's name: the second folder would silently run the first one's
+    code. The same code under one name loads (two builds of one model); other code under that name is refused."""
+    folder, _ = tiny_captionbert
+    options = encoders.EncodeOptions(show_progress=False)
+    encoders.load(str(folder), options)
+    same = shutil.copytree(folder, tmp_path / "same" / folder.name)
+    encoders.load(str(same), options)
+    other = shutil.copytree(folder, tmp_path / "other" / folder.name)
+    modeling = other / "modeling_captionbert.py"
+    modeling.write_text(modeling.read_text().replace("embedding = l2_normalize(", "embedding = -l2_normalize("))
+    with pytest.raises(ValueError, match=f"both named {folder.name!r} but their code differs"):
+        encoders.load(str(other), options)
 
 
 @pytest.mark.slow

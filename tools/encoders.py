@@ -76,15 +76,25 @@ class SentenceTransformerEncoder:
 
 
 class RemoteCodeEncoder:
-    """A folder (or cached Hub repo) whose model defines `encode`, like captionbert-8192-v2."""
+    """A folder (or cached Hub repo) whose model defines `encode`, like captionbert-8192-v2.
+
+    transformers caches a folder's remote code under the folder's name for the whole process: a second folder of the
+    same name would silently run the first one's code, so loading one whose code differs is refused."""
 
     kind = "remote-code"
     pooling = "the model's own encode()"
+    loaded_code = {}  # {folder name: (the first folder of that name loaded in this process, sha256 of its *.py)}
 
     def __init__(self, folder, options):
         from transformers import AutoModel
 
         self.source = Path(folder)
+        code = runs.files_sha256(sorted(self.source.glob("*.py")), self.source)
+        first, first_code = self.loaded_code.setdefault(self.source.name, (self.source, code))
+        if first_code != code:
+            raise ValueError(f"{self.source} and {first} are both named {self.source.name!r} but their code differs: "
+                             "transformers would run the first one's code for both in one process; score them in "
+                             "separate runs, or give one folder another name")
         self.model = AutoModel.from_pretrained(str(folder), trust_remote_code=True).eval().to(options.device)
         self.options = options
         self.max_length = self.model.usable_length
