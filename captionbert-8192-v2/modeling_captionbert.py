@@ -72,7 +72,8 @@ class CaptionBertModel(TextEncoderMixin, AmoeMixin, CaptionBertPreTrainedModel):
     def forward(self, input_ids, attention_mask=None):
         """input_ids, attention_mask: (B, T). Returns BaseModelOutputWithPooling with
         last_hidden_state = token states (B, T, D), zeros at padded positions, and pooler_output = the
-        L2-normalised embedding (B, E); with return_dict=False, the tuple (last_hidden_state, pooler_output)."""
+        L2-normalised embedding (B, E); with return_dict=False, the tuple (last_hidden_state, pooler_output).
+        Rows padded on the right (the tokenizer's padding); past config.trained_length a row is cut as encode cuts it."""
         if attention_mask is None:
             attention_mask = torch.ones_like(input_ids)
         limit = self.config.trained_length
@@ -82,7 +83,12 @@ class CaptionBertModel(TextEncoderMixin, AmoeMixin, CaptionBertPreTrainedModel):
                 f"(config.trained_length); later positions hold untrained vectors",
                 stacklevel=2,
             )
-            input_ids, attention_mask = input_ids[:, :limit], attention_mask[:, :limit]
+            # As encode does: a longer row keeps its first limit - 1 tokens and its last one (the closing [SEP]).
+            lengths = attention_mask.sum(dim=1)
+            closing = input_ids.gather(1, (lengths - 1).clamp(min=0).unsqueeze(1)).squeeze(1)
+            input_ids, attention_mask = input_ids[:, :limit].clone(), attention_mask[:, :limit]
+            cut = lengths > limit
+            input_ids[cut, limit - 1] = closing[cut]
         hidden = self.embeddings(input_ids)  # (B, T, D)
         with self.amoe_roster_pinned():  # one roster per forward pass
             hidden = self.encoder(hidden, attention_mask, self.config._attn_implementation)  # (B, T, D), 0 at padding

@@ -214,12 +214,15 @@ def test_untrained_positions_are_cut_off_with_one_warning(tmp_path):
     assert len(cut) == 16
     np.testing.assert_allclose(embeddings[0], model.encode(" ".join(["word"] * 14)), atol=1e-6)
     np.testing.assert_allclose(embeddings[1], embeddings[0], atol=1e-6)
-    # forward cuts at the trained length too, with one warning, and reads only the first 16 tokens.
-    input_ids = torch.tensor([ids + ids])  # 24 tokens
+    # forward cuts at the trained length too, with one warning, as encode does: each longer row keeps its first 15
+    # tokens and its closing [SEP]; a shorter row of the padded batch is read whole.
+    texts = [" ".join(["one two three four five six seven eight nine ten"] * 2), "short"]  # 22 tokens, 3
+    batch = model.tokenizer(texts, padding=True, return_tensors="pt")
     with pytest.warns(UserWarning, match="untrained vectors") as caught:
-        output = model(input_ids)
-    assert len(caught) == 1 and output.last_hidden_state.shape[1] == 16
-    torch.testing.assert_close(output.pooler_output, model(input_ids[:, :16]).pooler_output)
+        output = model(batch["input_ids"], batch["attention_mask"])
+    assert len(caught) == 1 and output.last_hidden_state.shape[1] == 16 and len(ids) == 12
+    with pytest.warns(UserWarning, match="usable positions"):
+        np.testing.assert_allclose(output.pooler_output.detach().numpy(), model.encode(texts), atol=1e-6)
 
 
 def test_forward_rejects_more_tokens_than_positions_and_encode_takes_a_device(tiny_captionbert):
