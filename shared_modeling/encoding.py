@@ -17,6 +17,7 @@ from tqdm.auto import tqdm
 from transformers import AutoTokenizer
 
 from .checks import check_batch_size, check_finite_embeddings, check_texts, check_tokenizer
+from .pooling import l2_normalize
 
 
 class TextEncoderMixin:
@@ -45,7 +46,8 @@ class TextEncoderMixin:
         longer than the model reads are truncated (one warning per call). A text with no content (empty, blank,
         zero-width or control characters only) is a ValueError, and non-finite embeddings a RuntimeError.
         batch_size: rows per forward pass; None is the model's encode_batch_size.
-        device: where to run (the model is moved there); None keeps the model's device.
+        device: where to run (the model is moved there; not "meta"); None keeps the model's device. Rows are unit
+        length in float32 whatever the model's dtype.
         show_progress_bar: None shows one when there is more than one batch and stderr is a terminal.
         convert_to_numpy: a float32 numpy array if True, else a torch tensor on the model's device.
         """
@@ -53,6 +55,9 @@ class TextEncoderMixin:
         batch_size = self.encode_batch_size if batch_size is None else batch_size
         check_batch_size(batch_size)
         if device is not None:
+            if torch.device(device).type == "meta":
+                raise ValueError("device='meta' holds no data: encode cannot run there, and moving the model there "
+                                 "would drop its weights for good")
             self.to(device)
 
         token_ids = self.encode_ids(texts)
@@ -73,6 +78,8 @@ class TextEncoderMixin:
             if was_training:
                 self.train()
         check_finite_embeddings(embeddings, self.dtype)
+        if self.dtype != torch.float32:  # normalised in half precision, rows are unit length to ~1e-4 only
+            embeddings = l2_normalize(embeddings)
         if single:
             embeddings = embeddings[0]
         return embeddings.cpu().numpy() if convert_to_numpy else embeddings

@@ -85,6 +85,21 @@ def test_encode_refuses_bad_batch_sizes(model, batch_size, error, message):
         model.encode(["a dog"], batch_size=batch_size)
 
 
+def test_encode_refuses_the_meta_device_and_leaves_the_model_where_it_was(model):
+    with pytest.raises(ValueError, match="device='meta' holds no data"):
+        model.encode(["a dog"], device="meta")
+    assert model.device.type == "cpu" and np.isfinite(model.encode(["a dog"])).all()
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_encode_in_half_precision_gives_unit_rows(folders, dtype):
+    """Normalised in half precision, rows were unit length to ~1e-3 only (cosine 1.00005 to float32)."""
+    for folder in folders.values():
+        model = AutoModel.from_pretrained(folder, trust_remote_code=True, dtype=dtype).eval()
+        norms = np.linalg.norm(model.encode(["a dog runs on the grass", "two men play chess"]), axis=1)
+        np.testing.assert_allclose(norms, 1, atol=1e-6)
+
+
 def test_encode_batch_size_none_is_the_models_default(model):
     texts = ["a dog", "two men play chess in a park", "a red car"]
     assert np.array_equal(model.encode(texts), model.encode(texts, batch_size=model.encode_batch_size))
