@@ -17,6 +17,8 @@ class CaptionBertConfig(PreTrainedConfig):
     hidden_dropout_prob: dropout on embeddings, residual branches and attention probabilities (training only).
     layer_norm_eps: epsilon of every LayerNorm.
     initializer_range: std of the normal initialisation of Linear and Embedding weights.
+    vocabulary_sha256: the sha256 of the tokenizer's vocabulary (shared_checks.vocabulary_sha256): the first
+        `encode` refuses a tokenizer that maps tokens to other ids. None: not checked.
     """
 
     model_type = "captionbert"
@@ -33,6 +35,7 @@ class CaptionBertConfig(PreTrainedConfig):
     layer_norm_eps: float = 1e-12
     initializer_range: float = 0.02
     pad_token_id: int | None = 0
+    vocabulary_sha256: str | None = None
 
     def validate_architecture(self):
         """Part of `@strict` validation: reject shapes the model cannot be built with."""

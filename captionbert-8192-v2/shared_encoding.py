@@ -2,7 +2,8 @@
 """`tokenizer` and `encode`, the text side every remote-code model of the bundle shares.
 
 A model mixes `TextEncoderMixin` in before its PreTrainedModel class and provides:
-  tokenizer_vocab_size   the vocabulary its tokenizer must have (a property);
+  tokenizer_vocab_size   the vocabulary size its tokenizer must have (a property; config.vocabulary_sha256, where
+                         the config has one, names the vocabulary itself);
   embedding_dim          the width E of its embeddings (a property);
   encode_ids(texts)      per text its token ids, the model's own tokenisation and truncation (with its warnings);
   embed_ids(rows)        the embeddings (b, E) of b rows of such ids, in one forward pass;
@@ -38,7 +39,8 @@ class TextEncoderMixin:
 
     @tokenizer.setter
     def tokenizer(self, tokenizer):
-        self._tokenizer = check_tokenizer(tokenizer, self.tokenizer_vocab_size, self.name_or_path)
+        self._tokenizer = check_tokenizer(tokenizer, self.tokenizer_vocab_size, self.name_or_path,
+                                          getattr(self.config, "vocabulary_sha256", None))
 
     def encode(self, texts, batch_size=None, device=None, show_progress_bar=None, convert_to_numpy=True):
         """Embed a str -> (E,) or a list of str -> (N, E); rows are L2-normalised, and an empty list gives (0, E).

@@ -38,6 +38,8 @@ class GeolipConfig(PreTrainedConfig):
         the window embedding's own space from the first step). Unused when readout_anchors is "none".
     teacher_dim: width of the teacher the projector maps into (training only; ModernBERT-large: 1,024).
     layer_norm_eps: epsilon of the memory system's LayerNorms.
+    vocabulary_sha256: the sha256 of the base tokenizer's vocabulary (shared_checks.vocabulary_sha256), written by
+        the training tool: the first `encode` refuses a tokenizer that maps tokens to other ids. None: not checked.
     """
 
     model_type = "geolip"
@@ -57,6 +59,7 @@ class GeolipConfig(PreTrainedConfig):
     readout_source: str = "anchors"
     teacher_dim: int = 1024
     layer_norm_eps: float = 1e-5
+    vocabulary_sha256: str | None = None
 
     def __post_init__(self, **kwargs):
         if self.base_config is None:

@@ -2,6 +2,8 @@
 """Checks where texts, tokenizers and weights enter a model of the bundle, so that bad input fails loudly with a
 message naming the problem instead of producing embeddings of garbage."""
 
+import hashlib
+import json
 import unicodedata
 
 import torch
@@ -47,12 +49,24 @@ def check_batch_size(batch_size):
         raise ValueError(f"batch_size must be >= 1, got {batch_size}")
 
 
-def check_tokenizer(tokenizer, vocab_size, source):
+def vocabulary_sha256(tokenizer):
+    """sha256 of a tokenizer's vocabulary: every (token, id) pair, added tokens included, in id order."""
+    pairs = sorted(tokenizer.get_vocab().items(), key=lambda item: (item[1], item[0]))
+    return hashlib.sha256(json.dumps(pairs, ensure_ascii=False).encode()).hexdigest()
+
+
+def check_tokenizer(tokenizer, vocab_size, source, vocabulary=None):
     """Refuse a tokenizer whose vocabulary is not the model's: a folder missing tokenizer.json loads a tokenizer of
-    a few special tokens that maps every word to [UNK]."""
+    a few special tokens that maps every word to [UNK]; a tokenizer of the right size can still give other ids to
+    its tokens (another model's, or an edited tokenizer.json), which `vocabulary` (the config's vocabulary_sha256,
+    when it has one) catches."""
     if len(tokenizer) != vocab_size:
         raise ValueError(f"the tokenizer of {source or 'this model'} has {len(tokenizer):,} tokens, the model's "
                          f"vocabulary {vocab_size:,}: tokenizer.json is missing or belongs to another model")
+    if vocabulary is not None and vocabulary_sha256(tokenizer) != vocabulary:
+        raise ValueError(f"the tokenizer of {source or 'this model'} maps tokens to other ids than the model was "
+                         f"trained with (its vocabulary's sha256 is not config.vocabulary_sha256 {vocabulary[:12]}): "
+                         "tokenizer.json was edited or belongs to another model")
     return tokenizer
 
 

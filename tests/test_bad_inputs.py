@@ -2,6 +2,7 @@
 error type and a message that names the problem, never embed garbage silently. (glyph-embedder-v2 has no code of its
 own: its GGUF export's checks are in glyph/test_gguf.py.)"""
 
+import json
 import shutil
 
 import numpy as np
@@ -126,6 +127,26 @@ def with_another_tokenizer(folder, copy):
     return copy
 
 
+def with_ids_moved(folder, copy, move):
+    """The folder with tokenizer.json's vocabulary ids moved by `move` ({token: id} -> {token: id}): the same size,
+    so only the vocabulary's hash tells it from the model's own."""
+    shutil.copytree(folder, copy)
+    tokenizer = json.loads((copy / "tokenizer.json").read_text())
+    tokenizer["model"]["vocab"] = move(tokenizer["model"]["vocab"])
+    (copy / "tokenizer.json").write_text(json.dumps(tokenizer, ensure_ascii=False))
+    return copy
+
+
+def two_tokens_swapped(vocab):  # "dog" and "cat" in a WordPiece vocabulary, two mid-vocabulary tokens otherwise
+    first, second = ("dog", "cat") if "dog" in vocab else sorted(vocab, key=vocab.get)[len(vocab) // 2:][:2]
+    return {**vocab, first: vocab[second], second: vocab[first]}
+
+
+def every_id_permuted(vocab):
+    ids = np.random.default_rng(0).permutation(sorted(vocab.values())).tolist()
+    return dict(zip(vocab, ids))
+
+
 def with_weight(folder, copy, value):
     shutil.copytree(folder, copy)
     weights = load_file(copy / "model.safetensors")
@@ -139,6 +160,10 @@ TOKENIZER = "tokenizer of .* has [0-9,]+ tokens, the model's vocabulary [0-9,]+:
 BAD_FILES = [  # (id, model, how its folder is broken, error type, message pattern)
     ("no tokenizer.json", "captionbert", without_tokenizer_json, ValueError, TOKENIZER),
     *((f"another model's tokenizer", name, with_another_tokenizer, ValueError, TOKENIZER)
+      for name in ("captionbert", "geolip")),
+    *((f"tokens {how} in tokenizer.json", name, lambda folder, copy, move=move: with_ids_moved(folder, copy, move),
+       ValueError, "maps tokens to other ids than the model was trained with")
+      for how, move in (("swapped", two_tokens_swapped), ("permuted", every_id_permuted))
       for name in ("captionbert", "geolip")),
     *((f"{value} weight", name, lambda folder, copy, value=value: with_weight(folder, copy, float(value)), ValueError,
        r"weights: non-finite values \(NaN or inf\) in 1 tensors") for value in ("nan", "inf")

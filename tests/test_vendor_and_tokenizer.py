@@ -1,5 +1,6 @@
 """Generated files stay generated: vendored shared_*.py copies and the captionbert tokenizer files."""
 
+import json
 import shutil
 
 from transformers import AutoTokenizer
@@ -41,8 +42,11 @@ def test_check_vendor_detects_drift_and_vendor_repairs_it(tmp_path, monkeypatch)
 
 
 def test_tokenizer_files_are_what_the_tool_writes(tmp_path):
+    """Its files, and config.json's vocabulary_sha256 (the rest of the config as it was)."""
+    config = json.loads((CAPTIONBERT / "config.json").read_text())
+    (tmp_path / "config.json").write_text(json.dumps({**config, "vocabulary_sha256": "stale"}))
     assert captionbert_tokenizer.main(["--out", str(tmp_path)]) == 0
-    for name in ("tokenizer.json", "tokenizer_config.json"):
+    for name in ("tokenizer.json", "tokenizer_config.json", "config.json"):
         assert (tmp_path / name).read_bytes() == (CAPTIONBERT / name).read_bytes(), name
 
 

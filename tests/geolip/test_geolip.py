@@ -15,6 +15,7 @@ import torch
 from transformers import AutoConfig, AutoModel
 
 from helpers import ROOT
+from shared_modeling.checks import vocabulary_sha256
 from tools.glyph.tokenizer import train_tokenizer
 
 GEOLIP = ROOT / "geolip-clip-ctx576"
@@ -44,7 +45,8 @@ def geolip_folder(destination, captions, **overrides):
     tokenizer = train_tokenizer(captions, vocab_size=400, max_length=77)
     base = {**TINY_BASE, "vocab_size": len(tokenizer), "bos_token_id": tokenizer.bos_token_id,
             "eos_token_id": tokenizer.eos_token_id, "pad_token_id": tokenizer.pad_token_id}
-    published_folder(destination, **TINY, base_config=base, **overrides)
+    published_folder(destination, **TINY, base_config=base, vocabulary_sha256=vocabulary_sha256(tokenizer),
+                     **overrides)
     tokenizer.save_pretrained(destination)
     torch.manual_seed(0)
     model = AutoModel.from_config(AutoConfig.from_pretrained(destination, trust_remote_code=True),

@@ -2,7 +2,8 @@
 
 The vocabulary is taken from the installed all-MiniLM-L6-v2 package, whose vocab.txt is bert-base-uncased's, so
 nothing is downloaded. The tokenizer is re-saved with the model's 8,192-token limit and without token_type_ids
-(captionbert is a single-segment encoder).
+(captionbert is a single-segment encoder). Where the folder has a config.json, its vocabulary_sha256 is set to the
+vocabulary's hash, which the model's first `encode` checks the tokenizer against.
 
 Usage:
     python -m tools.captionbert.tokenizer                     # writes into captionbert-8192-v2/
@@ -16,9 +17,8 @@ from pathlib import Path
 
 from transformers import AutoTokenizer
 
-from tools import registry, teachers
-
-
+from shared_modeling.checks import vocabulary_sha256
+from tools import registry, runs, teachers
 
 @dataclass
 class Config:
@@ -47,6 +47,11 @@ def main(argv=None):
     config.out.mkdir(parents=True, exist_ok=True)
     written = tokenizer.save_pretrained(config.out)
     print(f"wrote {len(written)} tokenizer files from {source} into {config.out}")
+    if (config.out / "config.json").is_file():
+        folder_config = runs.read_json(config.out / "config.json")
+        folder_config["vocabulary_sha256"] = vocabulary_sha256(tokenizer)
+        runs.write_json(config.out / "config.json", folder_config)
+        print(f"config.json: vocabulary_sha256 {folder_config['vocabulary_sha256'][:12]}")
     return 0
 
 

@@ -14,6 +14,7 @@ import torch
 from tqdm.auto import tqdm
 from transformers import AutoConfig, AutoModel, AutoTokenizer, CLIPTextModel
 
+from shared_modeling.checks import vocabulary_sha256
 from tools import corpus, registry, runs, teachers
 
 GEOLIP = registry.GEOLIP.path
@@ -178,7 +179,9 @@ def build_model(config, teacher_dim):
     missing, unexpected = model.base.load_state_dict(base.state_dict(), strict=False)
     if missing or unexpected:
         raise SystemExit(f"the base {source} does not fit the model: missing {missing}, unexpected {unexpected}")
-    model.tokenizer = AutoTokenizer.from_pretrained(source)
+    tokenizer = AutoTokenizer.from_pretrained(source)
+    model.config.vocabulary_sha256 = vocabulary_sha256(tokenizer)  # saved with the model: the tokenizer it reads
+    model.tokenizer = tokenizer
     return model.eval()  # a module starts in train mode: the base's dropout would be on until the loop sets modes
 
 
