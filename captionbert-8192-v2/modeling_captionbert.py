@@ -18,7 +18,7 @@ from transformers.utils import can_return_tuple
 
 from .configuration_captionbert import CaptionBertConfig
 from .shared_amoe_mixin import AmoeMixin
-from .shared_checks import check_finite, check_has_tokens
+from .shared_checks import check_has_tokens, checked_from_pretrained
 from .shared_encoding import TextEncoderMixin
 from .shared_layers import Embeddings, Encoder
 from .shared_pooling import l2_normalize, masked_mean_pool
@@ -45,10 +45,9 @@ class CaptionBertPreTrainedModel(PreTrainedModel):
 
     @classmethod
     def from_pretrained(cls, *args, **kwargs):
-        """transformers' from_pretrained, refusing weights with NaN or infinite values."""
-        model = super().from_pretrained(*args, **kwargs)
-        check_finite(model.state_dict(), f"{model.name_or_path or 'the model'}'s weights")
-        return model
+        """transformers' from_pretrained, refusing a checkpoint that is not the config's model and weights with NaN
+        or infinite values (shared_checks.checked_from_pretrained)."""
+        return checked_from_pretrained(super().from_pretrained, *args, **kwargs)
 
 
 class CaptionBertModel(TextEncoderMixin, AmoeMixin, CaptionBertPreTrainedModel):

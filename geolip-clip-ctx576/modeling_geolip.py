@@ -29,7 +29,7 @@ from transformers import initialization as init
 from transformers.modeling_outputs import BaseModelOutputWithPooling
 
 from .configuration_geolip import GeolipConfig
-from .shared_checks import check_finite, check_has_tokens, check_texts
+from .shared_checks import check_has_tokens, check_texts, checked_from_pretrained
 from .shared_encoding import TextEncoderMixin
 from .shared_identity import embedding_space, trunk_hash
 from .shared_pooling import l2_normalize, masked_mean_pool
@@ -128,10 +128,9 @@ class GeolipPreTrainedModel(PreTrainedModel):
 
     @classmethod
     def from_pretrained(cls, *args, **kwargs):
-        """transformers' from_pretrained, refusing weights with NaN or infinite values."""
-        model = super().from_pretrained(*args, **kwargs)
-        check_finite(model.state_dict(), f"{model.name_or_path or 'the model'}'s weights")
-        return model
+        """transformers' from_pretrained, refusing a checkpoint that is not the config's model and weights with NaN
+        or infinite values (shared_checks.checked_from_pretrained)."""
+        return checked_from_pretrained(super().from_pretrained, *args, **kwargs)
 
 
 class GeolipModel(TextEncoderMixin, GeolipPreTrainedModel):

@@ -70,6 +70,23 @@ def check_tokenizer(tokenizer, vocab_size, source, vocabulary=None):
     return tokenizer
 
 
+def checked_from_pretrained(load, *args, **kwargs):
+    """A model class's from_pretrained: `load` (its super().from_pretrained) with the bundle's checks. It refuses a
+    checkpoint whose tensors are not exactly the model's (a config.json edited to more or fewer layers loads
+    otherwise, with random layers added or trained ones dropped) and weights with NaN or infinite values.
+    output_loading_info=True returns (model, loading info), as transformers does."""
+    wants_info = kwargs.pop("output_loading_info", False)
+    model, info = load(*args, output_loading_info=True, **kwargs)
+    source = model.name_or_path or "the model"
+    problems = {key: sorted(map(str, info[key]))[:4] for key in ("missing_keys", "unexpected_keys", "mismatched_keys")
+                if info.get(key)}
+    if problems:
+        raise ValueError(f"{source}: the checkpoint's tensors are not the ones its config.json builds ({problems}): "
+                         "config.json and model.safetensors do not belong together")
+    check_finite(model.state_dict(), f"{source}'s weights")
+    return (model, info) if wants_info else model
+
+
 def check_finite(tensors, source):
     """Refuse NaN or infinite values in {name: tensor}: such weights load silently and make every embedding NaN."""
     bad = [name for name, tensor in tensors.items() if tensor.is_floating_point() and not torch.isfinite(tensor).all()]

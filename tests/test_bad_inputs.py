@@ -147,6 +147,17 @@ def every_id_permuted(vocab):
     return dict(zip(vocab, ids))
 
 
+def with_layers(folder, copy, change):
+    """The folder with config.json's layer count (captionbert's trunk, geolip's memory) changed by `change`: the
+    tensors keep their shapes, so only the layers the checkpoint lacks or holds beyond the config tell."""
+    shutil.copytree(folder, copy)
+    config = json.loads((copy / "config.json").read_text())
+    key = "num_hidden_layers" if "num_hidden_layers" in config else "memory_layers"
+    config[key] = config.get(key, 2) + change
+    (copy / "config.json").write_text(json.dumps(config))
+    return copy
+
+
 def with_weight(folder, copy, value):
     shutil.copytree(folder, copy)
     weights = load_file(copy / "model.safetensors")
@@ -165,6 +176,9 @@ BAD_FILES = [  # (id, model, how its folder is broken, error type, message patte
        ValueError, "maps tokens to other ids than the model was trained with")
       for how, move in (("swapped", two_tokens_swapped), ("permuted", every_id_permuted))
       for name in ("captionbert", "geolip")),
+    *((f"config with {change:+d} layer", name, lambda folder, copy, change=change: with_layers(folder, copy, change),
+       ValueError, "the checkpoint's tensors are not the ones its config.json builds")
+      for change in (1, -1) for name in ("captionbert", "geolip")),
     *((f"{value} weight", name, lambda folder, copy, value=value: with_weight(folder, copy, float(value)), ValueError,
        r"weights: non-finite values \(NaN or inf\) in 1 tensors") for value in ("nan", "inf")
       for name in ("captionbert", "geolip")),
