@@ -7,6 +7,7 @@ import json
 import unicodedata
 
 import torch
+from safetensors import SafetensorError
 
 
 def check_texts(texts):
@@ -73,10 +74,16 @@ def check_tokenizer(tokenizer, vocab_size, source, vocabulary=None):
 def checked_from_pretrained(load, *args, **kwargs):
     """A model class's from_pretrained: `load` (its super().from_pretrained) with the bundle's checks. It refuses a
     checkpoint whose tensors are not exactly the model's (a config.json edited to more or fewer layers loads
-    otherwise, with random layers added or trained ones dropped) and weights with NaN or infinite values.
+    otherwise, with random layers added or trained ones dropped), weights with NaN or infinite values, and names the
+    folder of a weights file it cannot read.
     output_loading_info=True returns (model, loading info), as transformers does."""
     wants_info = kwargs.pop("output_loading_info", False)
-    model, info = load(*args, output_loading_info=True, **kwargs)
+    try:
+        model, info = load(*args, output_loading_info=True, **kwargs)
+    except SafetensorError as error:  # its message names no file
+        where = args[0] if args else kwargs.get("pretrained_model_name_or_path", "the model")
+        raise ValueError(f"{where}: its weights file (model.safetensors) cannot be read, it is corrupted or "
+                         f"truncated ({error}); download or export it again") from error
     source = model.name_or_path or "the model"
     problems = {key: sorted(map(str, info[key]))[:4] for key in ("missing_keys", "unexpected_keys", "mismatched_keys")
                 if info.get(key)}

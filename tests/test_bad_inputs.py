@@ -158,6 +158,14 @@ def with_layers(folder, copy, change):
     return copy
 
 
+def with_header_corrupted(folder, copy):
+    shutil.copytree(folder, copy)
+    with open(copy / "model.safetensors", "r+b") as handle:
+        handle.seek(8)  # past the header's length: its JSON
+        handle.write(b'{"broken')
+    return copy
+
+
 def with_weight(folder, copy, value):
     shutil.copytree(folder, copy)
     weights = load_file(copy / "model.safetensors")
@@ -179,6 +187,8 @@ BAD_FILES = [  # (id, model, how its folder is broken, error type, message patte
     *((f"config with {change:+d} layer", name, lambda folder, copy, change=change: with_layers(folder, copy, change),
        ValueError, "the checkpoint's tensors are not the ones its config.json builds")
       for change in (1, -1) for name in ("captionbert", "geolip")),
+    *(("corrupted safetensors header", name, with_header_corrupted, ValueError,
+       rf"{name}: its weights file \(model.safetensors\) cannot be read") for name in ("captionbert", "geolip")),
     *((f"{value} weight", name, lambda folder, copy, value=value: with_weight(folder, copy, float(value)), ValueError,
        r"weights: non-finite values \(NaN or inf\) in 1 tensors") for value in ("nan", "inf")
       for name in ("captionbert", "geolip")),
