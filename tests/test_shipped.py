@@ -148,3 +148,13 @@ def test_the_glyph_cards_llama_cpp_snippet_survives_a_text_longer_than_the_model
     result = subprocess.run([sys.executable, "-c", program], cwd=folder, capture_output=True, text=True, check=False)
     assert result.returncode == 0, result.stderr[-2000:]
     assert result.stdout.strip().splitlines()[-1] == "1.0"
+
+
+def test_glyph_encodes_an_empty_list_as_its_card_says():
+    """The glyph folder is sentence-transformers' own encode: [] gives shape (0,), as its card says (captionbert and
+    geolip give (0, E))."""
+    from sentence_transformers import SentenceTransformer
+
+    card = (registry.GLYPH.path / "README.md").read_text()
+    assert "an empty list gives an array of\nshape `(0,)`" in card
+    assert SentenceTransformer(str(registry.GLYPH.path), device="cpu").encode([]).shape == (0,)
