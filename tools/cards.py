@@ -109,6 +109,22 @@ def released(pipeline):
     return root, root / runs.read_json(root / RELEASE)["export"]
 
 
+def records_of(folder):
+    """(records root, export run folder) whose card `folder`'s README.md must be: the released records of a Hub
+    folder, the export run a build sits in (runs/<budget>/<name>/export/<folder>), else None (no records)."""
+    pipeline = registry.BY_FOLDER.get(Path(folder).name)
+    if pipeline is not None and Path(folder).resolve() == pipeline.path:
+        return released(pipeline)
+    export = Path(folder).parent
+    if not (export / "run.json").is_file() or not (export / "config.json").is_file():
+        return None
+    module = registry.module_of_record(runs.read_json(export / "run.json").get("tool", ""))
+    exports = {f"{pipeline.name}.export" for pipeline in registry.PIPELINES}
+    if module not in exports or built_folder(export).resolve() != Path(folder).resolve():
+        return None
+    return runs.ROOT, export
+
+
 def built_folder(export_folder, root=None):
     """The folder an export run built (its config's `to`), relative to root (default: the repository)."""
     return (root or runs.ROOT) / runs.read_json(Path(export_folder) / "config.json")["to"]

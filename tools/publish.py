@@ -17,7 +17,8 @@ What it does; every folder is checked before anything goes up:
        would go up as the folder's file;
     2. checks the folder: its shared_*.py are the copies `make vendor` generates, every file of the manifest and the
        weights `make demo` builds are there, and the model card README.md has YAML front matter and is what its run
-       records give (tools/cards.py; a folder exported outside this checkout: not older than model.safetensors);
+       records give (tools/cards.py: a Hub folder's released records, a build's export run; a folder with neither is
+       only listed as unchecked);
     3. copies exactly the picked files to a temporary folder and loads it in a fresh process where the project is not
        importable, the way a user does (AutoModel with remote code, or SentenceTransformer), embeds two texts and,
        where amoe/ ships, attaches the arms;
@@ -136,6 +137,9 @@ def published_files(folder):
 def print_plan(repo, folder, files, skipped):
     total = sum(path.stat().st_size for path in files.values())
     print(f"{repo}  <-  {folder}")
+    if cards.records_of(folder) is None:
+        print("  README.md: no run records found for this folder (neither a released Hub folder nor a build in its "
+              "export run): its numbers are not checked")
     for name, path in files.items():
         print(f"  {path.stat().st_size:>15,}  {name}")
     print(f"  {len(files)} files, {total:,} bytes ({total / 1e6:,.1f} MB)")
@@ -170,9 +174,10 @@ def tokenizer_problems(folder):
 
 
 def card_problems(folder):
-    """The model card: README.md with YAML front matter, and the card its run records give (tools/cards.py) when
-    it is a Hub folder with released records; another folder must at least have a card no older than its weights."""
-    card, weights = folder / "README.md", folder / "model.safetensors"
+    """The model card: README.md with YAML front matter, and the card its run records give (tools/cards.py): the
+    released records of a Hub folder, or the export run a build sits in. A folder with neither is checked for its
+    front matter alone, and the plan says so."""
+    card = folder / "README.md"
     if not card.is_file():
         return ["no README.md (the model card)"]
     try:
@@ -180,14 +185,12 @@ def card_problems(folder):
     except (yaml.YAMLError, ValueError) as problem:
         return [f"README.md's front matter is not a YAML mapping: {problem}"]
     problems = [] if front_matter else ["README.md does not start with YAML front matter (--- ... ---)"]
-    pipeline = registry.BY_FOLDER.get(folder.name)
-    release = cards.released(pipeline) if pipeline is not None and folder.resolve() == pipeline.path else None
-    if release is not None:
-        root, export = release
+    records = cards.records_of(folder)
+    if records is not None:
+        root, export = records
         if card.read_text() != cards.export_tool(export).card_from_records(export, root):
-            problems.append(f"README.md is not what the run records of {export} give: run `make cards`")
-    elif weights.is_file() and card.stat().st_mtime < weights.stat().st_mtime:
-        problems.append("README.md is older than model.safetensors: regenerate the card")
+            problems.append(f"README.md is not what the run records of {export} give: run `make cards` (a Hub "
+                            "folder) or the export again (a build)")
     return problems
 
 

@@ -3,6 +3,7 @@ export_captionbert, on tiny random teachers and 200 real captions; Procrustes on
 resumption after kill -9; 2-process extraction."""
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -15,7 +16,7 @@ from safetensors.numpy import load_file
 
 from helpers import (ENV, ROOT, TINY_CAPTIONBERT, assert_card_from_records, build_from_folder, captionbert_copy,
                      finish, kill_when, run_tool)
-from tools import corpus, encoders, sts
+from tools import corpus, encoders, publish, sts
 from tools.captionbert import align
 from tools.captionbert import evaluate
 from tools.captionbert import data as captionbert_data
@@ -341,6 +342,14 @@ def test_pipeline_end_to_end_exports_a_loadable_folder_with_a_generated_card(tmp
                                     str(tmp_path / "export"), "--hub", str(hub)]) == 0
     target = tmp_path / "export" / "captionbert-8192-v2"  # built inside the export run, from hub's own files
     assert_card_from_records(tmp_path / "export", target)
+    # publish holds the build's card to its export run's records, not to file times (a `cp` copy keeps no order)
+    exported_card = (target / "README.md").read_text()
+    os.utime(target / "README.md", (0, 0))
+    assert publish.card_problems(target) == []
+    (target / "README.md").write_text(exported_card + "\nAn edit after the export.\n")
+    assert publish.card_problems(target) == [f"README.md is not what the run records of {tmp_path / 'export'} give: "
+                                             "run `make cards` (a Hub folder) or the export again (a build)"]
+    (target / "README.md").write_text(exported_card)
     assert not (hub / "model.safetensors").exists()  # the folder it started from is left as it was
 
     assert (target / "model.safetensors").read_bytes() == (distill / "final" / "model.safetensors").read_bytes()
