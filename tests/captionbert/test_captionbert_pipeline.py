@@ -524,6 +524,7 @@ def test_levers_score_every_arm_against_the_bare_trunk_in_one_harness(tmp_path, 
     assert levers.main(args) == 0
     record = json.loads((out / "levers.json").read_text())
     bare = record["trunk"]
+    assert record["complete"]
     assert [row["name"] for row in record["rows"]] == ["teacher", "consensus", "narrow"]
     assert [row["steps"] for row in record["rows"]] == [3, 3, 2]
     arms = {"teacher": "teacher", "consensus": "consensus", "narrow": narrow}  # lever: the arm its data names

@@ -497,9 +497,10 @@ def main(argv=None):
         if not (config.amoe / "metrics.json").is_file():
             raise SystemExit(f"{config.amoe} is not a finished tools/captionbert/amoe/train.py select run")
         select = runs.read_json(config.amoe / "metrics.json")
-    if config.levers is not None and (config.amoe is None or not (config.levers / "levers.json").is_file()):
+    if config.levers is not None and (config.amoe is None or not (config.levers / "levers.json").is_file()
+                                      or not runs.read_json(config.levers / "levers.json")["complete"]):
         raise SystemExit(f"--levers {config.levers}: needs --amoe and a finished tools/captionbert/amoe/levers.py run "
-                         "(levers.json)")
+                         "(levers.json, complete)")
 
     with runs.RunRecord(config.out, config, "captionbert.export"):
         shutil.copy(final / "model.safetensors", config.to / "model.safetensors")

@@ -13,8 +13,8 @@ learning rate 1e-3, every gate logit at -3. Each lever changes one thing (LEVERS
 consensus, one aligned teacher) embed 16 texts a step; the pair arms keep the cpu recipe's 480 steps (32 texts a step,
 48 with a hard negative). Every row shows its measured training minutes; "twice the steps" is the one row at twice
 the minutes. Each lever is a seed-0 solo run in out/<name> (resumable; a finished one is skipped), the bare trunk's
-scores are out/trunk/metrics.json, and out/levers.json holds the rows (export --levers puts their table on the
-card).
+scores are out/trunk/metrics.json, and out/levers.json holds the rows, rewritten after each lever ("complete" once
+every lever named ran; export --levers puts their table on the card).
 """
 
 import argparse
@@ -134,8 +134,8 @@ def main(argv=None):
                 raise SystemExit(f"{config.out / name} trained on another trunk than {config.model}")
             steps = runs.read_json(config.out / name / "config.json")["steps"]
             rows.append(lever_row(name, steps, metrics, trunk))
-        levers = {"model": str(config.model), "trunk": trunk, "rows": rows}
-        runs.write_json(config.out / "levers.json", levers)
+            runs.write_json(config.out / "levers.json", {  # after every lever: a stopped run keeps its table so far
+                "model": str(config.model), "trunk": trunk, "rows": rows, "complete": len(rows) == len(config.only)})
     for row in rows:
         print(f"{row['name']:>22}: STS-8 {row['sts8']:.4f} ({row['sts8_gain']:+.4f} vs the trunk's "
               f"{trunk['sts8']['mean']:.4f}, above it on {row['tasks_above_trunk']}/{row['tasks']} tasks), validation "
