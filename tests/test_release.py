@@ -20,10 +20,19 @@ def card(score):
                                         "metric_name": "win rate", "metric_value": score}]) + f"\nwin rate {score}\n"
 
 
-def card_from_records(folder, root=None):
-    """The fake export tool's card: the win rate of the evaluation its config names (relative to root)."""
+def context_from_records(folder, root=None):
+    """The fake export tool's values: the win rate of the evaluation its config names (relative to root), and the
+    overview the README's tables show, with the alternative's win rate."""
     config = runs.read_json(folder / "config.json")
-    return card(runs.read_json((root or runs.ROOT) / config["eval"] / "metrics.json")["win_rate"])
+    metrics = runs.read_json((root or runs.ROOT) / config["eval"] / "metrics.json")
+    return {"score": metrics["win_rate"],
+            "overview": cards.Overview(model=GLYPH.folder, job="glyph", reads="256 tokens", width=256,
+                                       similarity="cosine", alternative="general",
+                                       results=[("win rate", "held out", metrics["win_rate"], metrics["general"])])}
+
+
+def card_from_records(folder, root=None):
+    return card(context_from_records(folder, root)["score"])
 
 
 @pytest.fixture
@@ -32,8 +41,12 @@ def project(tmp_path, monkeypatch):
     monkeypatch.setattr(runs, "ROOT", tmp_path)
     monkeypatch.setattr(cards, "RECORDS", tmp_path / "records")
     monkeypatch.setattr(cards, "README", tmp_path / "README.md")
-    monkeypatch.setattr(cards, "export_tool", lambda export: types.SimpleNamespace(card_from_records=card_from_records))
-    (tmp_path / "README.md").write_text(f"# bundle\n{cards.MEASURED[0]}old\n{cards.MEASURED[1]}\n")
+    monkeypatch.setattr(cards, "TIMINGS", tmp_path / "records" / "timings.json")
+    monkeypatch.setattr(cards, "export_tool", lambda export: types.SimpleNamespace(
+        card_from_records=card_from_records, context_from_records=context_from_records))
+    (tmp_path / "README.md").write_text("# bundle\n" + "".join(
+        f"<!-- {name}: written by `make cards` from records/ -->\nold\n<!-- end of {name} -->\n"
+        for name in ("models", "commands", "measured")))
     for name in registry.BY_FOLDER:
         (tmp_path / name).mkdir()
         (tmp_path / name / "README.md").write_text(card(0.5))
@@ -50,7 +63,7 @@ def build(root, score, absolute=False):
     """A finished glyph export of the demo's cpu budget with an evaluation run, its built folder and its card."""
     evaluation, export = root / "runs/demo/glyph/eval", root / "runs/demo/glyph/export"
     evaluation.mkdir(parents=True)
-    runs.write_json(evaluation / "metrics.json", {"win_rate": score})
+    runs.write_json(evaluation / "metrics.json", {"win_rate": score, "general": 0.125})
     runs.write_json(evaluation / "run.json", {"status": "ok"})
     runs.write_json(evaluation / "tokenizer_config.json", {"kept": False})
     (evaluation / "checkpoint.pt").write_bytes(b"not a record")
@@ -89,8 +102,10 @@ def test_a_release_copies_the_build_and_mirrors_its_json_records(project):
                         "runs/demo/glyph/export/config.json", "runs/demo/glyph/export/run.json"]  # no Hub folder files
     assert cards.released(GLYPH) == (records, records / "runs/demo/glyph/export")
     readme = (project / "README.md").read_text()
-    assert f"| {GLYPH.folder} | cpu budget | win rate | held out | 0.75 |" in readme
-    assert "| captionbert-8192-v2 | not released | win rate | held out | 0.5 |" in readme
+    assert f"| {GLYPH.folder} | cpu budget | win rate | held out | 0.7500 | general | 0.1250 |" in readme
+    assert f"| `{GLYPH.folder}` | glyph | 256 tokens | 256-d | cosine | win rate: **0.7500** | general: 0.1250 |" in readme
+    assert "| captionbert-8192-v2 | not released | | | | | |" in readme
+    assert "| `make test` | the test suite" in readme and "not measured yet" in readme
 
 
 def test_a_release_below_the_shipped_headline_is_refused_unless_forced(project):
@@ -125,7 +140,7 @@ def test_a_budget_without_a_finished_export_is_named(project):
 def test_a_released_card_is_regenerated_from_the_records_alone(project):
     export = build(project, 0.75)
     release.main(["--budget", "cpu", "--model", GLYPH.folder])
-    runs.write_json(project / "runs/demo/glyph/eval/metrics.json", {"win_rate": 0.1})  # runs/ is not in git
+    runs.write_json(project / "runs/demo/glyph/eval/metrics.json", {"win_rate": 0.1, "general": 0.125})  # not in git
     assert cards.write_cards([export], check=True) == [str(export / GLYPH.folder / "README.md")]
     root, released = cards.released(GLYPH)
     assert cards.export_tool(released).card_from_records(released, root) == (GLYPH.path / "README.md").read_text()

@@ -8,7 +8,9 @@ each path relative to `root` (the repository, or a records folder that mirrors i
 into its Hub folder together with those records, compacted to their JSON files, under records/<folder>/ (in git).
 This tool calls the same function on the committed records, so `make cards` after a change to a card's template
 rewrites the three cards without re-exporting any weights, and a fresh clone can check them. It also rewrites the
-project README's measured table from the three cards' model-index (their YAML metadata).
+project README's two generated tables (which model for which job, and the measured results beside what a user would
+pick instead) from each card's Overview, which its export module's `context_from_records` computes from the same
+records.
 
 Usage:
     python -m tools.cards                          # the three Hub folders, each from its release's records
@@ -27,6 +29,7 @@ import importlib
 import json
 import re
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -42,7 +45,42 @@ CODE_BLOCK = re.compile(r"```.*?```", flags=re.DOTALL)
 README = runs.ROOT / "README.md"
 RECORDS = runs.ROOT / "records"  # records/<folder>/: the compact run records of each Hub folder's build (release.py)
 RELEASE = "release.json"  # in records/<folder>/: which export run of the mirrored tree the folder's build is
-MEASURED = ("<!-- measured: written by `make cards` from the cards' model-index -->\n", "<!-- end of measured -->")
+LANGUAGE, LICENCE = "en", "apache-2.0"  # every card's
+TIMINGS = RECORDS / "timings.json"  # the README's commands' measured times (tools/timings.py)
+COMMANDS = {  # the README's commands table: what each does (its time comes from TIMINGS)
+    "make demo": "creates `.venv`, installs everything pinned, builds the three models at the quick budget into "
+                 "`runs/quick/`, reloads each built folder as users will and prints a summary beside the shipped ones",
+    "make test": "the test suite, on real models and data (`make test-fast` leaves out the tests marked slow)",
+    "make demo BUDGET=cpu": "the same at the cpu budget (`runs/demo/`): the builds the shipped weights come from",
+    "make setup": "run by the others: `.venv` and the pinned installs, llama-cpp-python compiled from source",
+}
+
+
+@dataclass
+class Overview:
+    """What a model is for and how it compares with what a user would pick instead, from its run records: the short
+    list and comparison table its card opens with (sentence-transformers' card template does the same), and its rows
+    in the project README's tables (readme_sections)."""
+    model: str  # the Hub folder
+    job: str  # what to use it for, one line
+    reads: str  # how many tokens of a text it reads, as trained
+    width: int  # output dimension
+    similarity: str  # how to compare two embeddings
+    alternative: str  # what a user would pick instead, measured in the same harness
+    results: list  # [(measure, on, this model's value, the alternative's value)], the headline first
+
+    def markdown(self):
+        """The card's opening (its template's `{{ overview.markdown() }}`): the short list, then this model beside
+        the alternative on each measure."""
+        lines = [f"- **Job:** {self.job}", f"- **Maximum sequence length:** {self.reads}",
+                 f"- **Output dimensionality:** {self.width}, L2-normalised",
+                 f"- **Similarity function:** {self.similarity}", f"- **Language:** {LANGUAGE}",
+                 f"- **Licence:** {LICENCE}", "",
+                 f"| measure | on | this model | {self.alternative} (what a user might pick instead) |",
+                 "|---|---|---|---|"]
+        lines += [f"| {measure} | {on} | **{value:.4f}** | {theirs:.4f} |"
+                  for measure, on, value, theirs in self.results]
+        return "\n".join(lines)
 
 
 def render(template, block=None, **values):
@@ -60,7 +98,7 @@ def front_matter(*, library_name, pipeline_tag, tags, datasets, model_name, resu
     """The card's YAML metadata (huggingface_hub's ModelCardData): licence, library, pipeline tag, tags, base model,
     datasets, and a model-index of the measured results. results: [{"task_type", "dataset_type", "dataset_name",
     "metric_type", "metric_name", "metric_value", optional "dataset_split"}, ...]."""
-    data = ModelCardData(language="en", license="apache-2.0", library_name=library_name, pipeline_tag=pipeline_tag,
+    data = ModelCardData(language=LANGUAGE, license=LICENCE, library_name=library_name, pipeline_tag=pipeline_tag,
                          tags=tags, base_model=base_model, datasets=datasets, model_name=model_name,
                          eval_results=[EvalResult(**result) for result in results])
     return f"---\n{data.to_yaml()}\n---\n"
@@ -226,26 +264,61 @@ def headline(folder):
     return f"{result.metric_name or result.metric_type} on {result.dataset_name}", result.metric_value
 
 
-def measured_section(readme):
-    """The project README with its measured table rewritten from the three cards' model-index (their YAML), each row
-    naming the make demo budget its Hub folder's build came from (records/<folder>/release.json)."""
-    lines = ["| model | build | measure | on | value |", "|---|---|---|---|---|"]
+def generated(readme, name, lines):
+    """The README with the section between its markers `<!-- name: ... -->` and `<!-- end of name -->` replaced."""
+    start, end = f"<!-- {name}: written by `make cards` from records/ -->\n", f"<!-- end of {name} -->"
+    if start not in readme or end not in readme:
+        raise SystemExit(f"README.md lacks the markers of its {name} section: {start.strip()} ... {end}")
+    head, rest = readme.split(start, 1)
+    return head + start + "\n".join(lines) + "\n" + end + rest.split(end, 1)[1]
+
+
+def duration(minutes):
+    return f"{minutes:.0f} min" if minutes < 90 else f"{minutes / 60:.1f} h"
+
+
+def commands_table():
+    """The README's commands with their last complete run's time (records/timings.json, `make timings`)."""
+    timings = runs.read_json(TIMINGS) if TIMINGS.is_file() else {}
+    lines = ["| command | what it does | measured |", "|---|---|---|"]
+    for name, job in COMMANDS.items():
+        entry = timings.get(name)
+        measured = ("not measured yet (`make timings` records its last complete run)" if entry is None else
+                    f"{duration(entry['minutes'])} on {entry['cpus']} cores ({entry['measured'][:10]})")
+        lines.append(f"| `{name}` | {job} | {measured} |")
+    return lines
+
+
+def readme_sections(readme):
+    """The project README with its generated tables rewritten from records/: `models` (what each Hub folder's model
+    is for, beside what a user would pick instead) and `measured` (every result of each card's comparison, with the
+    make demo budget the build came from, records/<folder>/release.json), both from the released records, and
+    `commands` (records/timings.json)."""
+    models = ["| model | job | reads | output | similarity | headline | what a user might pick instead |",
+              "|---|---|---|---|---|---|---|"]
+    measured = ["| model | build | measure | on | value | what a user might pick instead | its value |",
+                "|---|---|---|---|---|---|---|"]
     for pipeline in registry.PIPELINES:
-        results = ModelCard.load(pipeline.path / "README.md").data.eval_results
-        if not results:
-            raise SystemExit(f"{pipeline.folder}/README.md has no model-index: regenerate its card first")
-        release = RECORDS / pipeline.folder / RELEASE
-        build = f"{runs.read_json(release)['budget']} budget" if release.is_file() else "not released"
-        for result in results:
-            lines.append(f"| {pipeline.folder} | {build} | {result.metric_name} | {result.dataset_name} | "
-                         f"{result.metric_value} |")
-    start, end = readme.index(MEASURED[0]) + len(MEASURED[0]), readme.index(MEASURED[1])
-    return readme[:start] + "\n".join(lines) + "\n" + readme[end:]
+        release = released(pipeline)
+        if release is None:
+            models.append(f"| {pipeline.folder} | not released | | | | | |")
+            measured.append(f"| {pipeline.folder} | not released | | | | | |")
+            continue
+        root, export = release
+        overview = export_tool(export).context_from_records(export, root)["overview"]
+        build = f"{runs.read_json(root / RELEASE)['budget']} budget"
+        measure, on, value, theirs = overview.results[0]
+        models.append(f"| `{pipeline.folder}` | {overview.job} | {overview.reads} | {overview.width}-d | "
+                      f"{overview.similarity} | {measure}: **{value:.4f}** | {overview.alternative}: {theirs:.4f} |")
+        measured += [f"| {pipeline.folder} | {build} | {measure} | {on} | {value:.4f} | {overview.alternative} | "
+                     f"{theirs:.4f} |" for measure, on, value, theirs in overview.results]
+    return generated(generated(generated(readme, "models", models), "measured", measured), "commands",
+                     commands_table())
 
 
 def write_cards(exports=None, check=False):
     """Write (check: compare) the card of the folder each export run in `exports` built; by default each Hub folder's
-    card from its release's records, and then the README's measured table too. Returns the stale files (check)."""
+    card from its release's records, and then the README's generated tables too. Returns the stale files (check)."""
     if exports:
         missing = [str(folder) for folder in exports if not (Path(folder) / "run.json").is_file()]
     else:
@@ -266,8 +339,8 @@ def write_cards(exports=None, check=False):
             continue
         path.write_text(card)
         print(f"wrote {path} from {export}")
-    if not exports:  # the cards are current: the README's table follows them
-        readme = measured_section(README.read_text())
+    if not exports:  # the cards are current: the README's tables follow their records
+        readme = readme_sections(README.read_text())
         if check and README.read_text() != readme:
             stale.append(str(README))
         elif not check:

@@ -325,9 +325,11 @@ def main(argv=None):
                  "them into the Hub folders")
     summary = "\n".join(lines)
     (runs.ROOT / budget.root / "summary.md").write_text(summary + "\n")
-    runs.write_json(runs.ROOT / budget.root / "steps.json", {
-        step.name: {"tool": step.tool, "args": step.args, "minutes": outcome[step.name][0],
-                    "this_run": outcome[step.name][1]} for step in steps})
+    runs.write_json(runs.ROOT / budget.root / "steps.json", {  # make timings reads it (tools/timings.py)
+        "models": [pipeline.folder for pipeline in pipelines], "cpus": os.cpu_count(),
+        "finished": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        "steps": {step.name: {"tool": step.tool, "args": step.args, "minutes": outcome[step.name][0],
+                              "this_run": outcome[step.name][1]} for step in steps}})
     print("\n" + summary)
     return 0
 

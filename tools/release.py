@@ -19,7 +19,7 @@ What it does, per model:
     4. copies the built folder's files into the Hub folder and deletes the Hub folder's export-written files the build
        lacks (another build's arms, say);
     5. regenerates the card from records/<folder>/ alone and checks that it is the build's card byte for byte (so the
-       records hold everything the card needs), then the project README's measured table (tools/cards.py);
+       records hold everything the card needs), then the project README's generated tables (tools/cards.py);
     6. prints each shipped binary with its size.
 """
 
@@ -132,8 +132,8 @@ def main(argv=None):
     pipelines = [registry.BY_FOLDER[folder] for folder in args.model] if args.model else list(registry.PIPELINES)
     for pipeline in pipelines:
         release(pipeline, args.budget, args.force)
-    cards.README.write_text(cards.measured_section(cards.README.read_text()))
-    print(f"wrote {cards.README.name}'s measured table; `git status` shows what to commit")
+    cards.README.write_text(cards.readme_sections(cards.README.read_text()))
+    print(f"wrote {cards.README.name}'s generated tables; `git status` shows what to commit")
     return 0
 
 

@@ -212,6 +212,12 @@ def test_export_fills_a_folder_that_loads_without_custom_code_and_in_llama_cpp(t
     evaluation, hub = tmp_path / "eval", tmp_path / "glyph-embedder-v2"
     assert glyph_evaluate.main(["--corpus", str(corpus), "--out", str(evaluation), "--retrieval-queries", "50",
                                 "--encoder", f"glyph-embedder-v2={trained / 'final'}"]) == 0
+    with pytest.raises(SystemExit, match="has no row 'all-MiniLM-L6-v2'"):  # the card compares with it
+        glyph_export.main(["--corpus", str(corpus), "--train", str(trained), "--eval", str(evaluation),
+                           "--out", str(tmp_path / "export"), "--to", str(hub)])
+    assert glyph_evaluate.main(["--corpus", str(corpus), "--out", str(evaluation), "--retrieval-queries", "50",
+                                "--encoder", f"glyph-embedder-v2={trained / 'final'}",
+                                "--encoder", "teacher:all-MiniLM-L6-v2"]) == 0
     assert glyph_export.main(["--corpus", str(corpus), "--train", str(trained), "--eval", str(evaluation),
                               "--out", str(tmp_path / "export"), "--to", str(hub), "--parity-strings", "40"]) == 0
     record = json.loads((tmp_path / "export" / "metrics.json").read_text())

@@ -405,6 +405,7 @@ def card_context(metrics, extract_manifest, extraction, align_report, distill_me
             tags=["sentence-embeddings", "sentence-transformers", "remote-code", "distillation"],
             datasets=["nlphuji/flickr8k", "google/imageinwords", "nyu-mll/glue", "stanfordnlp/snli",
                       "sentence-transformers/stsb"], model_name=STUDENT, results=results),
+        "overview": overview(metrics, f"{distill_metrics['trained_length']:,}", select),
         "parameters_millions": f"{parameters / 1e6:.1f}", "parameters": f"{parameters:,}",
         "preset": distill_config["preset"], "teacher_count": len(teachers),
         "training_rows": f"{distill_metrics['training_rows']:,}", "steps": f"{distill_metrics['steps']:,}",
@@ -453,24 +454,42 @@ def card_context(metrics, extract_manifest, extraction, align_report, distill_me
         "positions_from_teacher": init["positions_from_teacher"] if init["kind"] == "select" else None}
 
 
-def card_from_records(folder, root=runs.ROOT):
-    """The card's text from run records alone: this export run's config.json and metrics.json, and the extraction,
-    alignment, distillation, evaluation and arm-selection runs its config names, relative to root (tools/cards.py
-    regenerates cards with it)."""
+def overview(metrics, trained_length, select=None):
+    """The card's opening and its README rows: STS-8 of the bare trunk (what `encode` gives) and, when a collective
+    ships, with its arms on, each beside FOR_SCALE (smaller, and the stronger of the cheap alternatives)."""
+    on = "the eight English STS test sets"
+    results = [("STS-8 mean Spearman, bare trunk (`encode`)", on, metrics[STUDENT]["mean"], metrics[FOR_SCALE]["mean"])]
+    if select is not None and select["shipped"] is not None:
+        results.append(("STS-8 mean Spearman, arms on (`attach_amoe()`)", on, select["rows"]["collective"]["mean"],
+                        metrics[FOR_SCALE]["mean"]))
+    return cards.Overview(
+        model=STUDENT, job="English sentence and caption embeddings for semantic similarity, search and clustering",
+        reads=f"{trained_length} tokens (the positions it was trained to; of its 8,192, `encode` truncates there)",
+        width=metrics[STUDENT]["dim"], similarity="cosine (the dot product of its unit vectors)",
+        alternative=FOR_SCALE, results=results)
+
+
+def context_from_records(folder, root=runs.ROOT):
+    """card_context's values from run records alone: this export run's config.json and metrics.json, and the
+    extraction, alignment, distillation, evaluation and arm-selection runs its config names, relative to root."""
     config = runs.read_json(Path(folder) / "config.json")
     extract, align, distill = root / config["extract"], root / config["align"], root / config["distill"]
     select = arms_json = None
     if config["amoe"] is not None:
         select = runs.read_json(root / config["amoe"] / "metrics.json")
         arms_json = runs.read_json(root / config["amoe"] / "amoe" / "arms" / "ARMS.json")
-    context = card_context(runs.read_json(root / config["eval"] / "metrics.json"),
-                           runs.read_json(extract / "manifest.json"), runs.read_json(extract / "extraction.json"),
-                           runs.read_json(align / "report.json"), runs.read_json(distill / "metrics.json"),
-                           runs.read_json(distill / "config.json"), runs.read_json(Path(folder) / "metrics.json"),
-                           select, arms_json,
-                           runs.read_json(root / config["long"] / "metrics.json") if config.get("long") else None,
-                           runs.read_json(root / config["levers"] / "levers.json") if config.get("levers") else None)
-    return cards.render(CARD, **context)
+    return card_context(runs.read_json(root / config["eval"] / "metrics.json"),
+                        runs.read_json(extract / "manifest.json"), runs.read_json(extract / "extraction.json"),
+                        runs.read_json(align / "report.json"), runs.read_json(distill / "metrics.json"),
+                        runs.read_json(distill / "config.json"), runs.read_json(Path(folder) / "metrics.json"),
+                        select, arms_json,
+                        runs.read_json(root / config["long"] / "metrics.json") if config.get("long") else None,
+                        runs.read_json(root / config["levers"] / "levers.json") if config.get("levers") else None)
+
+
+def card_from_records(folder, root=runs.ROOT):
+    """The card's text from run records alone (tools/cards.py regenerates cards with it)."""
+    return cards.render(CARD, **context_from_records(folder, root))
 
 
 def main(argv=None):

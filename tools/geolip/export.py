@@ -228,16 +228,29 @@ def card_context(train_config, train, evaluation, export, ablation=None):
     base, teacher = train_config["base"], train_config["teacher"].split(":")[-1]
     source = "ImageInWords" if train_config["texts"] is None else Path(train_config["texts"]).name
     source_id = "google/imageinwords" if source == "ImageInWords" else None
-    results = [{"task_type": "feature-extraction", "dataset_type": source_id or source,
-                "dataset_name": f"{source} held-out long descriptions ({evaluation['gallery']})",
+    measured = [(key, metric, name) for key, metric, name in (
+        ("m_acc", "accuracy", "m_acc (top-1 retrieval of the teacher embedding)"), ("recall_at_5", "recall", "recall@5"),
+        ("mrr", "mrr", "MRR"), ("spliced_top1", "accuracy",
+                                f"spliced-tails top-1 (of {splice['k']}, {splice['groups']} groups)"))
+        if memory[key] is not None]
+    held_out = f"{source} held-out long descriptions ({evaluation['gallery']})"
+    results = [{"task_type": "feature-extraction", "dataset_type": source_id or source, "dataset_name": held_out,
                 "metric_type": metric, "metric_name": name, "metric_value": round(memory[key], 4)}
-               for key, metric, name in (("m_acc", "accuracy", "m_acc (top-1 retrieval of the teacher embedding)"),
-                                         ("recall_at_5", "recall", "recall@5"), ("mrr", "mrr", "MRR"),
-                                         ("spliced_top1", "accuracy",
-                                          f"spliced-tails top-1 (of {splice['k']}, {splice['groups']} groups)"))
-               if memory[key] is not None]
+               for key, metric, name in measured]
     validation = train["history"]["validation"]
+    # What a user would pick instead: the base reading the whole text where it can (all-MiniLM-L6-v2 reads 256
+    # tokens natively; CLIP's text tower cannot), else the base on its own window.
+    alternative = "whole" if "whole" in rows else "window"
+    overview = cards.Overview(
+        model=registry.GEOLIP.folder, job="long image descriptions and captions, embedded in its base's space",
+        reads=f"{evaluation['covered_tokens']} tokens ({evaluation['base_window']} through the base's window, the "
+              f"rest through the memory's {evaluation['segment_size']}-token segments)",
+        width=export["hidden_size"], similarity="cosine (the dot product of its unit vectors)",
+        alternative=f"{base} reading the whole text" if alternative == "whole" else f"{base} on its window",
+        results=[(name, held_out, memory[key], rows[alternative][key]) for key, _, name in measured
+                 if rows[alternative][key] is not None])
     return {
+        "overview": overview,
         "hard_negative_groups": train.get("hard_negative_groups", 0),  # runs before the option trained without
         "metadata": cards.front_matter(
             library_name="transformers", pipeline_tag="feature-extraction",
@@ -274,9 +287,9 @@ def card_context(train_config, train, evaluation, export, ablation=None):
     }
 
 
-def card_from_records(folder, root=runs.ROOT):
-    """The card's text from run records alone: this export run's config.json and metrics.json, and the training,
-    evaluation and ablation runs its config names, relative to root (tools/cards.py regenerates cards with it)."""
+def context_from_records(folder, root=runs.ROOT):
+    """card_context's values from run records alone: this export run's config.json and metrics.json, and the
+    training, evaluation and ablation runs its config names, relative to root."""
     config = runs.read_json(Path(folder) / "config.json")
     train = root / config["train"]
     ablation = None
@@ -284,10 +297,14 @@ def card_from_records(folder, root=runs.ROOT):
         ablation_train = root / runs.read_json(root / config["ablation"] / "config.json")["train"]
         ablation = (runs.read_json(root / config["ablation"] / "metrics.json"),
                     runs.read_json(ablation_train / "metrics.json"))
-    context = card_context(runs.read_json(train / "config.json"), runs.read_json(train / "metrics.json"),
-                           runs.read_json(root / config["eval"] / "metrics.json"),
-                           runs.read_json(Path(folder) / "metrics.json"), ablation)
-    return cards.render(Path(__file__).with_name("card.md"), **context)
+    return card_context(runs.read_json(train / "config.json"), runs.read_json(train / "metrics.json"),
+                        runs.read_json(root / config["eval"] / "metrics.json"),
+                        runs.read_json(Path(folder) / "metrics.json"), ablation)
+
+
+def card_from_records(folder, root=runs.ROOT):
+    """The card's text from run records alone (tools/cards.py regenerates cards with it)."""
+    return cards.render(Path(__file__).with_name("card.md"), **context_from_records(folder, root))
 
 
 def main(argv=None):

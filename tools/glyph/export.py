@@ -42,6 +42,8 @@ from tools.glyph.metrics import table_markdown
 
 MODEL = registry.GLYPH.folder  # its row in the evaluation
 GENERAL = "all-MiniLM-L6-v2"  # the off-the-shelf general encoder row
+HEADLINE = (("win_rate", "accuracy", "win rate (paraphrase closer than mutation)"),  # (key, metric type, name)
+            ("mrr_at_10", "mrr", "MRR@10"))
 FOLDER_FILES = ("config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json", "modules.json",
                 "sentence_bert_config.json", "config_sentence_transformers.json", "1_Pooling", "2_Normalize")
 
@@ -123,16 +125,21 @@ def card_context(corpus, train_config, train, evaluation, export, model_config):
     and ready-made strings (formatted numbers, tables, the YAML front matter); model_config: the trained model's
     config.json."""
     rows = evaluation["rows"]
-    model, general = rows[MODEL], rows.get(GENERAL)
+    model, general = rows[MODEL], rows[GENERAL]
     tokenizer = corpus["tokenizer"]
     family, weakest = min(model["families"].items(), key=lambda item: item[1]["win_rate"])
     test_set = f"glyph notation, held-out atoms ({evaluation['test_triples']:,} triples)"
     results = [{"task_type": "sentence-similarity", "dataset_type": "glyph-notation-generated",
                 "dataset_name": test_set, "metric_type": metric, "metric_name": name,
                 "metric_value": round(model[key], 4)}
-               for key, metric, name in (("win_rate", "accuracy", "win rate (paraphrase closer than mutation)"),
-                                         ("mrr_at_10", "mrr", "MRR@10"))]
+               for key, metric, name in HEADLINE]
+    overview = cards.Overview(
+        model=MODEL, job="glyph-notation claims: a paraphrase lands near its claim, a meaning-flipping mutation far",
+        reads=f"{gguf.context_length(model_config)} tokens", width=model_config["hidden_size"],
+        similarity="cosine (the dot product of its unit vectors)", alternative=GENERAL,
+        results=[(name, test_set, model[key], general[key]) for key, _, name in HEADLINE])
     return {
+        "overview": overview,
         "metadata": cards.front_matter(library_name="sentence-transformers", pipeline_tag="sentence-similarity",
                                        tags=["sentence-transformers", "feature-extraction", "sentence-similarity",
                                              "gguf", "glyph-notation"], datasets=None, model_name=MODEL,
@@ -154,7 +161,7 @@ def card_context(corpus, train_config, train, evaluation, export, model_config):
         "win_rate_goal_met": model["win_rate"] >= export["goal_win_rate"], "win_rate": f"{model['win_rate']:.3f}",
         "mrr_goal_met": model["mrr_at_10"] >= export["goal_mrr_at_10"], "mrr_at_10": f"{model['mrr_at_10']:.3f}",
         "weakest": {"family": family, "win_rate": f"{weakest['win_rate']:.3f}", "triples": weakest["triples"]},
-        "general_encoder": GENERAL, "general_win_rate": f"{general['win_rate']:.3f}" if general else None,
+        "general_encoder": GENERAL, "general_win_rate": f"{general['win_rate']:.3f}",
         "words": {key: f"{count:,}" for key, count in corpus["words"].items()},
         "triples": {key: f"{count:,}" for key, count in corpus["triples"].items()},
         "corpus_strings": f"{corpus['corpus_strings']:,}", "vocab_size": f"{tokenizer['vocab_size']:,}",
@@ -165,15 +172,19 @@ def card_context(corpus, train_config, train, evaluation, export, model_config):
     }
 
 
-def card_from_records(folder, root=runs.ROOT):
-    """The card's text from run records alone: this export run's config.json and metrics.json, and the corpus,
-    training and evaluation runs its config names, relative to root (tools/cards.py regenerates cards with it)."""
+def context_from_records(folder, root=runs.ROOT):
+    """card_context's values from run records alone: this export run's config.json and metrics.json, and the corpus,
+    training and evaluation runs its config names, relative to root."""
     config = runs.read_json(Path(folder) / "config.json")
     corpus, train, evaluation = (root / config[name] for name in ("corpus", "train", "eval"))
-    context = card_context(runs.read_json(corpus / "metrics.json"), runs.read_json(train / "config.json"),
-                           runs.read_json(train / "metrics.json"), runs.read_json(evaluation / "metrics.json"),
-                           runs.read_json(Path(folder) / "metrics.json"), runs.read_json(train / "final" / "config.json"))
-    return cards.render(Path(__file__).with_name("card.md"), **context)
+    return card_context(runs.read_json(corpus / "metrics.json"), runs.read_json(train / "config.json"),
+                        runs.read_json(train / "metrics.json"), runs.read_json(evaluation / "metrics.json"),
+                        runs.read_json(Path(folder) / "metrics.json"), runs.read_json(train / "final" / "config.json"))
+
+
+def card_from_records(folder, root=runs.ROOT):
+    """The card's text from run records alone (tools/cards.py regenerates cards with it)."""
+    return cards.render(Path(__file__).with_name("card.md"), **context_from_records(folder, root))
 
 
 def main(argv=None):
@@ -183,6 +194,8 @@ def main(argv=None):
     if MODEL not in evaluation["rows"]:
         raise SystemExit(f"{config.eval} has no row {MODEL!r}: evaluate with --encoder {MODEL}={final}")
     encoders.require_scored(evaluation["rows"][MODEL]["weights_sha256"], final, config.eval)
+    if GENERAL not in evaluation["rows"]:  # the card compares the model with it
+        raise SystemExit(f"{config.eval} has no row {GENERAL!r}: evaluate with --encoder teacher:{GENERAL} too")
 
     with runs.RunRecord(config.out, config, "glyph.export"):
         registry.GLYPH.start_build(config.to)
