@@ -36,6 +36,10 @@ class GeolipConfig(PreTrainedConfig):
     readout_source: what stands for each of those segments among the readout's keys: "anchors" (its depth-compressor
         anchor, trained) or "base" (its own base embedding, the pooled output of the frozen base on the segment: in
         the window embedding's own space from the first step). Unused when readout_anchors is "none".
+    blend_weight: where the model starts: None (the published model; a config saved before the field existed) starts
+        from the base's embedding of the window; a weight w in [0, 1] starts from the blend w * window + (1 - w) *
+        segment mean of the two L2-normalised (the mean of the segments' own base embeddings: the same segments the
+        memory reads), the best such blend the training tool fitted, so an untrained memory already reads the tail.
     teacher_dim: width of the teacher the projector maps into (training only; ModernBERT-large: 1,024).
     layer_norm_eps: epsilon of the memory system's LayerNorms.
     vocabulary_sha256: the sha256 of the base tokenizer's vocabulary (shared_checks.vocabulary_sha256), written by
@@ -57,6 +61,7 @@ class GeolipConfig(PreTrainedConfig):
     memory_heads: int = 8
     readout_anchors: str = "none"
     readout_source: str = "anchors"
+    blend_weight: float | None = None
     teacher_dim: int = 1024
     layer_norm_eps: float = 1e-5
     vocabulary_sha256: str | None = None
@@ -84,6 +89,8 @@ class GeolipConfig(PreTrainedConfig):
             raise ValueError(f"readout_anchors must be 'none', 'all' or 'past_window', got {self.readout_anchors!r}")
         if self.readout_source not in ("anchors", "base"):
             raise ValueError(f"readout_source must be 'anchors' or 'base', got {self.readout_source!r}")
+        if self.blend_weight is not None and not 0 <= self.blend_weight <= 1:
+            raise ValueError(f"blend_weight must be None or in [0, 1], got {self.blend_weight}")
         if self.base_pooling not in ("eos", "mean"):
             raise ValueError(f"base_pooling must be 'eos' or 'mean', got {self.base_pooling!r}")
         base = self.base

@@ -12,9 +12,10 @@ segment to segment: the slots read the segment's fused tokens (cross-attention),
 cross-attention layers: the bank), and a GRU gate decides how much of each slot to update. Finally the readout: the
 window embedding attends to the final memory (memory -> base cross-attention; with readout_anchors, to the text's
 segments as well: all, or those past the window, each by its anchor or, with readout_source "base", by its own base
-embedding), and what that adds goes through a zero-initialised projection: embedding = window embedding + residual.
-So the output stays in the base's embedding space, and an untrained memory returns exactly the base on its window;
-training can only add what lies past it.
+embedding), and what that adds goes through a zero-initialised projection: embedding = start + residual, where the
+start is the window embedding (the published model) or, with blend_weight w, the blend w * window + (1 - w) * the
+mean of the segments' own base embeddings (both L2-normalised), which the readout's query is too. So the output
+stays in the base's embedding space, and an untrained memory returns exactly its start; training can only add to it.
 The teacher projector (hidden -> 1,024) is used in training only. Legend: B texts, S segments of the batch, T
 tokens per segment (segment_size + 2), W the window (base_window), L fused layers, D hidden, M memory slots.
 """
@@ -207,9 +208,19 @@ class GeolipModel(TextEncoderMixin, GeolipPreTrainedModel):
         # CLIP applies its final LayerNorm to last_hidden_state, not to hidden_states[-1]
         return layers, attention_mask.bool(), self.pool(output.last_hidden_state, attention_mask), counts
 
+    def start(self, window, own, counts):
+        """Where each text's embedding starts (B, D), before the memory adds to it: its window embedding, or with
+        blend_weight w the blend of the window embedding and the mean of its segments' own embeddings (`own`, S
+        rows, `counts` per text), both L2-normalised."""
+        if self.config.blend_weight is None:
+            return window
+        weight = self.config.blend_weight
+        means = torch.stack([chunk.mean(dim=0) for chunk in own.split(list(counts))])  # (B, D)
+        return weight * l2_normalize(window) + (1 - weight) * l2_normalize(means.to(window.dtype))
+
     def embed_segments(self, window, layers, token_mask, own, counts):
-        """The memory run over the segments of each text (the output of `segments`), then the readout from the
-        texts' window embeddings (B, D)."""
+        """The memory run over the segments of each text (the output of `segments`), then the readout from where the
+        texts start (`start`: their window embeddings (B, D), or the blend)."""
         fused = self.fusion(layers)  # (S, T, D)
         profile = torch.stack([masked_mean_pool(layers[:, :, i], token_mask) for i in range(layers.shape[2])], 1)
         anchors = self.compressor(profile)  # (S, D)
@@ -227,7 +238,7 @@ class GeolipModel(TextEncoderMixin, GeolipPreTrainedModel):
             updated = self.memory.step(state[active], fused[rows], token_mask[rows], by_text[active, :t + 1],
                                        valid[active, :t + 1])
             state = state.index_put((active,), updated)
-        query = window.unsqueeze(1)  # (B, 1, D): the window embedding reads the final memory
+        query = self.start(window, own, counts).unsqueeze(1)  # (B, 1, D): the start reads the final memory
         keys, key_mask = state, torch.ones(state.shape[:2], dtype=torch.bool, device=state.device)
         if self.config.readout_anchors != "none":  # and segments of its text: their anchors or own embeddings
             segment_keys = by_text
@@ -240,7 +251,7 @@ class GeolipModel(TextEncoderMixin, GeolipPreTrainedModel):
                 reads = valid & (positions * self.config.segment_stride + lengths > self.config.base_window - 2)
             keys, key_mask = torch.cat([keys, segment_keys], 1), torch.cat([key_mask, reads], 1)  # (B, M + n, D)
         read = self.readout(query, keys, key_mask)
-        embedding = query + self.residual_projection(read - query)  # (B, 1, D); exactly the window at init
+        embedding = query + self.residual_projection(read - query)  # (B, 1, D); exactly the start at init
         return GeolipOutput(last_hidden_state=embedding, pooler_output=l2_normalize(embedding[:, 0]),
                             segment_anchors=anchors)
 

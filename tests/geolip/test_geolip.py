@@ -114,6 +114,31 @@ def test_an_untrained_memory_is_exactly_the_base_on_its_window(tiny):
         assert not torch.allclose(model(texts=TEXTS).last_hidden_state[1, 0], window[1], atol=1e-3)
 
 
+def test_an_untrained_memory_started_from_the_blend_is_exactly_the_blend_of_window_and_segment_mean(tiny):
+    """blend_weight w: the model starts from w x the window embedding + (1 - w) x the mean of its segments' own base
+    embeddings, both L2-normalised, computed here from the base's own calls; untrained, that is the output bit for
+    bit, and it is the evaluation's blend row (tools/geolip/metrics.py) of the same texts."""
+    from tools.geolip.metrics import row_embeddings
+
+    folder, trained = tiny
+    config = AutoConfig.from_pretrained(folder, trust_remote_code=True, blend_weight=0.3)
+    model = AutoModel.from_config(config, trust_remote_code=True).eval()
+    model.tokenizer = trained.tokenizer
+    with torch.no_grad():
+        ids = model.content_ids(TEXTS)
+        window = model.window_embedding(ids)
+        _, _, own, counts = model.segments(ids)
+        first = 0
+        for i, count in enumerate(counts):
+            mean = own[first:first + count].mean(dim=0)
+            first += count
+            start = 0.3 * window[i] / window[i].norm() + 0.7 * mean / mean.norm()
+            torch.testing.assert_close(model(texts=[TEXTS[i]]).last_hidden_state[0, 0], start)
+        rows = row_embeddings(model, TEXTS, batch_size=8, blend_weight=0.3)
+    assert torch.equal(rows["memory"], rows["blend"])  # bit for bit
+    assert not torch.allclose(rows["blend"], rows["window"])
+
+
 def test_a_readout_of_the_segment_anchors_starts_at_the_window_and_reads_only_its_own_text_s(tiny):
     """readout_anchors: the same weights, the readout's keys extended by every segment anchor of the text. Untrained
     it is still exactly the base on its window; trained, it reads something the memory slots alone do not give, and
@@ -223,7 +248,7 @@ def test_config_rejects_bad_values(tmp_path):
     for i, (override, message) in enumerate([
             ({"segment_stride": 20}, "skip tokens"), ({"base_pooling": "cls"}, "base_pooling"),
             ({"readout_anchors": "tail"}, "readout_anchors must be"),
-            ({"readout_source": "own"}, "readout_source must be"),
+            ({"readout_source": "own"}, "readout_source must be"), ({"blend_weight": 1.5}, "blend_weight must be"),
             ({"fusion_layers": 14}, "fusion_layers"), ({"memory_heads": 5}, "memory_heads"),
             ({"segment_size": 80}, "positions"), ({"base_window": 2}, "at least 3"),
             ({"base_window": 78}, r"base_window \(78\) .* the base's 77 positions"),

@@ -160,6 +160,34 @@ def test_a_float16_save_stores_half_the_bytes_and_records_the_stored_weights_m_a
     assert evaluation["rows"]["memory"]["m_acc"] == pytest.approx(metrics["stored_validation_m_acc"], abs=1e-5)
 
 
+def test_the_blend_weight_is_the_one_whose_map_brings_the_texts_closest_to_the_teacher():
+    generator = torch.Generator().manual_seed(0)
+    window, segment_mean = torch.randn(64, 16, generator=generator), torch.randn(64, 16, generator=generator)
+    rotation = torch.linalg.qr(torch.randn(16, 16, generator=generator))[0]
+    targets = geolip_metrics.blend(window, segment_mean, 0.25) @ rotation  # the 0.25 blend, in another frame
+    weight, cosine = geolip_metrics.fit_blend_weight({"window": window, "segment_mean": segment_mean}, targets)
+    assert weight == 0.25 and cosine == pytest.approx(1, abs=1e-5)
+
+
+@pytest.mark.slow
+def test_a_run_started_from_the_blend_fits_its_weight_on_training_texts_as_the_evaluation_s_blend_row(tmp_path,
+                                                                                                   data_dir):
+    """--start blend: the weight is fitted on the projector's training sample before the first step, saved in the
+    model's config, and the evaluation fits the same weight for its blend row from the same training texts (the
+    held-out gallery plays no part); the memory is then the blend plus what training added."""
+    base, out, argv = tiny_run(tmp_path, data_dir, flickr_captions=0, steps=2, batch_size=4, init_texts=8,
+                               cv_target_texts=2, splice_groups=2, hard_negative_groups=0, start="blend")
+    with pytest.raises(SystemExit, match="--start must be window or blend"):
+        geolip_train.main([*argv, "--start", "mean"])
+    assert geolip_train.main(argv) == 0
+    fitted = json.loads((out / "metrics.json").read_text())["projector_init"]["blend_weight"]
+    assert AutoModel.from_pretrained(out / "final", trust_remote_code=True).config.blend_weight == fitted
+    assert geolip_evaluate.main(["--train", str(out), "--out", str(tmp_path / "eval")]) == 0
+    evaluation = json.loads((tmp_path / "eval" / "metrics.json").read_text())
+    assert evaluation["blend_weight"] == evaluation["start_blend_weight"] == fitted
+    assert "blend" in evaluation["rows"]
+
+
 def test_retrieval_measures_on_known_cases():
     gallery = torch.eye(4)
     perfect = geolip_metrics.retrieval(gallery * 3, gallery)

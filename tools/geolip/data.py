@@ -63,6 +63,9 @@ class Config:
     #                                readout) | all | past_window (the segments that reach past the window)
     readout_source: str = "anchors"  # what stands for each such segment: anchors (the depth compressor's) | base
     #                                  (its own base embedding, in the window embedding's space from the start)
+    start: str = "window"  # where the model starts, which an untrained memory returns: window (the published model:
+    #                        the base on its window) | blend (the best fixed blend of the window and the segments'
+    #                        mean, its weight fitted on training texts as the card's blend row: config.blend_weight)
     warmup_fraction: float = 0.06  # share of the steps spent warming up
     precision: str = "auto"  # forward pass: bf16 autocast (losses and optimiser float32) | fp32 | auto: bf16 where
     #                          the hardware computes it (tools/training.resolve_precision), else fp32

@@ -12,6 +12,9 @@ final/ the way users load it (AutoModel, trust_remote_code). Rows (tools/geolip/
                  (not Procrustes): what a linear head on the window alone gives, with no memory;
   first_segment  the frozen base on the text's first segment only;
   segment_mean   the mean of the base's own embeddings of all the text's segments (the same segments, no memory);
+  blend          w x the window row + (1 - w) x the segment_mean row, both L2-normalised, with the weight w (of
+                 21, 0 to 1) whose Procrustes map brings the training sample closest to the teacher (mean cosine):
+                 the best fixed blend, fitted on training texts only (metrics.json: blend_weight);
   whole          the frozen base reading as much of the text as it natively can (all-MiniLM-L6-v2: 256 tokens), a
                  ceiling that a CLIP base does not have (the row is absent then);
   teacher        the teacher's own embeddings, already in its space (the reference: 1 by construction);
@@ -37,8 +40,8 @@ from transformers import AutoModel
 from shared_modeling.segments import covered_tokens, segment_spans
 from tools import encoders, runs
 from tools.geolip.data import cached_teacher_embeddings, spliced_tails, split_texts, teacher_cache, training_config
-from tools.geolip.metrics import (procrustes_maps, retrieval, row_embeddings, spliced_top1, teacher_space,
-                                  whole_window, window_linear_map)
+from tools.geolip.metrics import (blend, fit_blend_weight, procrustes_maps, retrieval, row_embeddings, spliced_top1,
+                                  teacher_space, whole_window, window_linear_map)
 
 
 @dataclass
@@ -77,12 +80,14 @@ def main(argv=None):
     with runs.RunRecord(config.out, config, "geolip.evaluate") as record:
         whole = whole_window(trained, model.config.base)
         sample = list(range(min(trained.init_texts, len(training))))
-        maps = procrustes_maps(row_embeddings(model, [training[i] for i in sample], trained.batch_size, whole),
-                               train_targets[sample])
+        fitted = row_embeddings(model, [training[i] for i in sample], trained.batch_size, whole)
+        weight, _ = fit_blend_weight(fitted, train_targets[sample])  # on training texts, as every map
+        fitted["blend"] = blend(fitted["window"], fitted["segment_mean"], weight)
+        maps = procrustes_maps(fitted, train_targets[sample])
         maps["window_linear"] = window_linear_map(model, training, train_targets, trained.batch_size)
-        queries = teacher_space(model, maps, row_embeddings(model, validation, trained.batch_size, whole),
+        queries = teacher_space(model, maps, row_embeddings(model, validation, trained.batch_size, whole, weight),
                                 validation_targets)
-        spliced = (teacher_space(model, maps, row_embeddings(model, splice, trained.batch_size, whole),
+        spliced = (teacher_space(model, maps, row_embeddings(model, splice, trained.batch_size, whole, weight),
                                  splice_targets) if splice else {})
         rows = {name: {**retrieval(embeddings, validation_targets),
                        "spliced_top1": spliced_top1(spliced[name], splice_targets, k) if splice else None}
@@ -93,6 +98,7 @@ def main(argv=None):
         limit = covered_tokens(*cut)
         segments = np.array([len(segment_spans(min(n, limit), *cut)) for n in lengths])
         metrics = {"gallery": len(validation), "rows": rows, "weights_sha256": encoders.weights_hash(final),
+                   "blend_weight": weight, "start_blend_weight": model.config.blend_weight,
                    "splice": {"k": k, "groups": len(splice) // k, "skipped": skipped},
                    "base_window": trained.base_window, "whole_window": whole,
                    "segment_size": trained.segment_size, "segment_stride": trained.segment_stride,

@@ -38,7 +38,7 @@ from tools.geolip.data import split_texts, training_config
 from tools.geolip.metrics import ROWS
 
 # the rows the memory is measured against
-BASELINES = ("window", "window_linear", "first_segment", "segment_mean", "whole")
+BASELINES = ("window", "window_linear", "first_segment", "segment_mean", "blend", "whole")
 MEASURES = {"m_acc": "m_acc", "recall_at_5": "recall@5", "mrr": "MRR", "mean_cosine": "mean cosine to the teacher",
             "spliced_top1": "spliced-tails top-1"}
 
@@ -137,7 +137,11 @@ def goals(evaluation, config):
 # ---- the model card ------------------------------------------------------------------------------------------------
 
 def row_name(name, evaluation):
-    """A row's name in the card: the windows it reads are the evaluation's."""
+    """A row's name in the card: the windows it reads and the blend's weight are the evaluation's."""
+    if name == "blend":
+        weight = evaluation["blend_weight"]
+        return (f"the best fixed blend of the window and the segment mean (unit vectors; the window's weight "
+                f"{weight:.2f}, fitted on training texts)")
     return {"memory": "**memory (this model)**",
             "window": f"the base on its window ({evaluation['base_window']} tokens)",
             "window_linear": "the base on its window, through a linear map fitted on every training text",
@@ -161,7 +165,7 @@ def retrieval_table(evaluation):
             row = rows[name]
             lines.append(f"| {row_name(name, evaluation)} | {row['m_acc']:.3f} | {row['recall_at_5']:.3f} | "
                          f"{row['mrr']:.3f} | {row['mean_cosine']:.3f} | {shown(row['spliced_top1'])} |")
-        else:  # the whole-text row of a base that reads no more than its window (CLIP)
+        elif name == "whole":  # the whole-text row of a base that reads no more than its window (CLIP)
             lines.append("| the base reading the whole text | n/a: the base reads no more than its window | | | | |")
     return "\n".join(lines)
 

@@ -15,9 +15,10 @@ from tools.geolip.data import base_folder
 
 
 # The model, the base on its window (mapped by Procrustes, and by a least-squares linear map fitted on every training
-# text), on its first segment, the mean of its segments, the base on the whole text (when it reads more than the
-# window) and the teacher itself.
-ROWS = ("memory", "window", "window_linear", "first_segment", "segment_mean", "whole", "teacher")
+# text), on its first segment, the mean of its segments, the best fixed blend of the window and that mean, the base
+# on the whole text (when it reads more than the window) and the teacher itself.
+ROWS = ("memory", "window", "window_linear", "first_segment", "segment_mean", "blend", "whole", "teacher")
+BLEND_WEIGHTS = [i / 20 for i in range(21)]  # the window's weights fit_blend_weight tries
 
 
 def whole_window(config, base):
@@ -31,10 +32,17 @@ def whole_window(config, base):
     return length if length > config.base_window else None
 
 
-def row_embeddings(model, texts, batch_size, whole=None):
+def blend(window, segment_mean, weight):
+    """The blend row's embeddings: weight * window + (1 - weight) * segment mean, both L2-normalised: what the
+    model computes (GeolipModel.start) from the same embeddings when its config's blend_weight is `weight`."""
+    return weight * F.normalize(window, dim=-1) + (1 - weight) * F.normalize(segment_mean.to(window.dtype), dim=-1)
+
+
+def row_embeddings(model, texts, batch_size, whole=None, blend_weight=None):
     """{row: (N, D)} of `texts` in the base's space, without autograd: memory (the model, before its projector),
-    window (and window_linear, the same embeddings: only their map differs), first_segment, segment_mean, and whole
-    (the base on each text's first `whole` tokens) unless whole is None."""
+    window (and window_linear, the same embeddings: only their map differs), first_segment, segment_mean, blend (with
+    the window's weight blend_weight) unless blend_weight is None, and whole (the base on each text's first `whole`
+    tokens) unless whole is None."""
     content_ids = model.content_ids(texts)
     rows = {name: [] for name in ("memory", "window", "first_segment", "segment_mean")}
     with torch.no_grad():
@@ -52,7 +60,23 @@ def row_embeddings(model, texts, batch_size, whole=None):
             rows["whole"] = [model.window_embedding(uncut[start:start + batch_size], whole)
                              for start in range(0, len(texts), batch_size)]
     rows = {name: torch.cat(chunks) for name, chunks in rows.items()}
+    if blend_weight is not None:
+        rows["blend"] = blend(rows["window"], rows["segment_mean"], blend_weight)
     return {**rows, "window_linear": rows["window"]}
+
+
+def fit_blend_weight(rows, targets):
+    """(the window's weight in BLEND_WEIGHTS, its mean cosine): the blend of the window and segment-mean rows
+    (row_embeddings of training texts) whose own Procrustes map brings it closest to the teacher embeddings `targets`
+    of the same texts (the mean cosine after the map; ties go to the larger window weight). Training texts only: the
+    blend row is a reader fitted without the held-out texts, like every map."""
+    scores = {}
+    for weight in BLEND_WEIGHTS:
+        blended = F.normalize(blend(rows["window"], rows["segment_mean"], weight), dim=-1)
+        mapped = blended @ orthogonal_procrustes(blended, F.normalize(targets, dim=-1))
+        scores[weight] = mean_cosine(mapped, targets)
+    best = max(BLEND_WEIGHTS, key=lambda weight: (scores[weight], weight))
+    return best, scores[best]
 
 
 RIDGE = 1e-2  # window_linear_map's ridge: all-MiniLM-L6-v2's window embeddings are rank-deficient (condition number

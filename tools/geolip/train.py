@@ -17,7 +17,9 @@ cached (in the run folder, or a --teacher-cache file that runs on the same texts
 Model: GeolipModel (geolip-clip-ctx576/) around the frozen base given by --base (a folder or Hub id: a CLIP
 checkpoint gives its text tower): the base's embedding of the text's window (--base-window tokens, special tokens
 included: CLIP's 77, in both presets) plus what the memory, reading segments of 18 content tokens every 14 (at most
-32) of the whole text, adds through a zero-initialised projection; untrained, it is exactly the base on its window.
+32) of the whole text, adds through a zero-initialised projection; untrained, it is exactly the base on its window
+(--start blend: exactly the best fixed blend of the window and the segments' mean, its weight fitted on the
+projector's training sample as tools/geolip/evaluate.py fits the card's blend row).
 Loss: InfoNCE(projector(student) -> teacher, in-batch negatives) x 1.0 + the SVD-Procrustes residual of the
 student batch against the teacher batch x 0.3 + (pentachoron CV of each text's segment anchors - the teacher's CV)^2
 x 0.05 over texts with at least 5 segments (+ 1 - cosine(projected student, teacher) x --cosine-weight, 0 in the
@@ -60,7 +62,7 @@ from shared_modeling.segments import segment_spans
 from tools import encoders, runs
 from tools.geolip.data import (PRESETS, Config, base_folder, build_model, split_texts, spliced_tails,
                                teacher_embeddings, teacher_encode)
-from tools.geolip.metrics import m_acc, mean_cosine, procrustes_maps, row_embeddings
+from tools.geolip.metrics import fit_blend_weight, m_acc, mean_cosine, procrustes_maps, row_embeddings
 from tools.plots import Panel, curve, plot_history
 from tools.training import STORAGE_DTYPES, batch_at, resolve_precision, run_stage, save_stored
 
@@ -82,6 +84,8 @@ def parse_config(argv):
                          f"--splice-k {config.splice_k} and other texts")
     if min(config.procrustes_weight, config.cv_weight, config.cosine_weight) < 0:
         raise SystemExit("--procrustes-weight, --cv-weight and --cosine-weight must be >= 0")
+    if config.start not in ("window", "blend"):
+        raise SystemExit(f"--start must be window or blend, got {config.start!r}")
     if config.save_dtype not in STORAGE_DTYPES:
         raise SystemExit(f"--save-dtype must be one of {', '.join(STORAGE_DTYPES)}, got {config.save_dtype!r}")
     config.precision = resolve_precision(config.precision, "cpu")  # before the run record, which keeps what ran
@@ -148,12 +152,19 @@ def main(argv=None):
         # The projector starts as the orthogonal Procrustes map onto the teacher (evaluate fits each baseline's
         # map on the same sample).
         sample = list(range(min(config.init_texts, len(training))))
+        init = {"texts": len(sample)}
+        if config.start == "blend":  # start where the best fixed blend of window and segment mean ends
+            init["blend_weight"], init["blend_cosine"] = fit_blend_weight(
+                row_embeddings(model, [training[i] for i in sample], config.batch_size), train_targets[sample])
+            model.config.blend_weight = init["blend_weight"]
+            print(f"the start: the blend of {init['blend_weight']:.2f} x window + {1 - init['blend_weight']:.2f} x "
+                  f"segment mean (mean cosine to the teacher after its map: {init['blend_cosine']:.3f})")
         student = row_embeddings(model, [training[i] for i in sample], config.batch_size)["memory"]
         before = mean_cosine(model.projector(student).detach(), train_targets[sample])
         with torch.no_grad():
             model.projector.weight.copy_(procrustes_maps({"memory": student}, train_targets[sample])["memory"].T)
-        init = {"texts": len(sample), "cosine_before": before,
-                "cosine_after": mean_cosine(model.projector(student).detach(), train_targets[sample])}
+        init.update(cosine_before=before,
+                    cosine_after=mean_cosine(model.projector(student).detach(), train_targets[sample]))
         print(f"projector init by Procrustes on {len(sample)} texts: cosine {init['cosine_before']:.3f} -> "
               f"{init['cosine_after']:.3f}; teacher CV target {target_cv:.4f} ({cv_texts} texts)")
 
