@@ -198,6 +198,26 @@ def test_the_manifest_publishes_every_file_of_the_hub_folders_and_nothing_else(t
         assert publish.missing_files(tmp_path / name, files) == [], name
 
 
+def test_a_folder_publishes_the_weights_layout_it_holds_and_a_half_layout_is_missing_files(tmp_path):
+    """geolip's weights moved from one model.safetensors to the base's file, the memory's and their index: a folder
+    publishes whichever layout it holds whole, and one holding neither is told the current layout's missing files."""
+    folder = tmp_path / registry.GEOLIP.folder
+    folder.mkdir()
+    for name in registry.GEOLIP.files:
+        (folder / name).touch()
+    (folder / "memory.safetensors").touch()  # half the current layout
+    assert publish.missing_files(folder, publish.published_files(folder)[0]) == [
+        f"no {name} (`make demo` builds it, `make release` ships it into the folder)"
+        for name in ("base.safetensors", "model.safetensors.index.json")]
+    (folder / "model.safetensors").touch()  # the former layout, whole
+    files, skipped = publish.published_files(folder)
+    assert "model.safetensors" in files and skipped == ["memory.safetensors"]
+    for name in ("base.safetensors", "model.safetensors.index.json"):
+        (folder / name).touch()
+    files, skipped = publish.published_files(folder)  # both whole: the first listed (a release removes the other)
+    assert "model.safetensors" in files and "base.safetensors" in skipped
+
+
 @pytest.mark.parametrize("target", ["outside", ".hidden-token"])
 def test_every_symbolic_link_is_refused(tmp_path, target):
     """A link out of the folder, or to a hidden file inside it: either would publish what it points to."""

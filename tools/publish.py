@@ -103,10 +103,10 @@ def repo_id(config, folder):
 # ---- what goes up --------------------------------------------------------------------------------------------------
 
 def manifest(folder):
-    """The exact paths a Hub repo of `folder` holds: its pipeline's files (tools/registry.py), the vendored
-    shared_*.py (tools/vendor.py) and, where amoe/arms/ARMS.json ships, that file, the arms and routings it lists and
-    its collective's dispatch."""
-    names = {*registry.BY_FOLDER[folder.name].files, *(path.name for path in vendor.expected_copies(folder))}
+    """The exact paths a Hub repo of `folder` holds: its pipeline's files and weights layout (tools/registry.py), the
+    vendored shared_*.py (tools/vendor.py) and, where amoe/arms/ARMS.json ships, that file, the arms and routings it
+    lists and its collective's dispatch."""
+    names = {*registry.BY_FOLDER[folder.name].files_of(folder), *(path.name for path in vendor.expected_copies(folder))}
     arms_json = folder / "amoe" / "arms" / "ARMS.json"
     if arms_json.is_file():
         try:

@@ -27,6 +27,13 @@ class Pipeline:
     #               Hub folder (code, config, tokenizer) is the folder's own, the files a build starts from
     files: tuple  # every path its Hub repo holds but the vendored shared_*.py and the AMOE library (which
     #               tools/publish.manifest adds): the folder's own code, config and tokenizer, and what export writes
+    layouts: tuple = ()  # where the weights files changed: each layout's files, the current one last; a folder holds
+    #                      one whole (files_of), until the next release replaces a former one
+
+    def files_of(self, folder):
+        """`files` and the weights layout the folder holds: the first held whole, else the current one."""
+        present = [layout for layout in self.layouts if all((Path(folder) / name).is_file() for name in layout)]
+        return (*self.files, *(present[0] if present else self.layouts[-1] if self.layouts else ()))
 
     @property
     def path(self):
@@ -83,10 +90,14 @@ PIPELINES = (
              ("config.json", "tokenizer.json", "tokenizer_config.json", *SENTENCE_TRANSFORMERS_FILES,
               "1_Pooling/config.json", "2_Normalize/config.json", "model.safetensors", "glyph-embedder-v2-f16.gguf",
               "README.md", "training_curve.png")),
+    # geolip's weights: base.safetensors (the frozen base, the same bytes in every build on it) and memory.safetensors
+    # with their index (tools/geolip/data.store_base_apart); before, one model.safetensors, which the shipped folder
+    # holds until its next release
     Pipeline("geolip", "geolip-clip-ctx576", ("pooling", "segments", "identity", "checks", "encoding"),
-             ("model.safetensors",), "AutoModel", ("README.md", "training_curve.png"),
+             ("*.safetensors",), "AutoModel", ("README.md", "training_curve.png", "model.safetensors.index.json"),
              ("config.json", "configuration_geolip.py", "modeling_geolip.py", "tokenizer.json", "tokenizer_config.json",
-              "model.safetensors", "README.md", "training_curve.png")),
+              "README.md", "training_curve.png"),
+             (("model.safetensors",), ("base.safetensors", "memory.safetensors", "model.safetensors.index.json"))),
 )
 BY_NAME = {pipeline.name: pipeline for pipeline in PIPELINES}
 BY_FOLDER = {pipeline.folder: pipeline for pipeline in PIPELINES}

@@ -19,6 +19,7 @@ from tools.geolip import export as geolip_export
 from tools.geolip import train as geolip_train
 from tools.geolip import data as geolip_data
 from tools.geolip import metrics as geolip_metrics
+from tools.training import save_stored
 
 
 def tiny_run(tmp_path, data_dir, **options):
@@ -89,7 +90,8 @@ def test_tiny_run_trains_evaluates_and_exports_a_loadable_folder(tmp_path, data_
     assert export["clip_l_trainable"] == 36_868_614 + 768 * 768  # the readout's residual projection
     card = (folder / "README.md").read_text()
     assert f"| {evaluation['rows']['memory']['m_acc']:.3f} |" in card and "not the CLIP-L model" in card
-    assert "452 distinct tokens" in card and (folder / "model.safetensors").exists()
+    assert "452 distinct tokens" in card and not (folder / "model.safetensors").exists()
+    assert sorted(export["files_sha256"]) == ["base.safetensors", "memory.safetensors"]
     assert "CLIP-sized window of 77 tokens" in card and "spliced-tails top-1 (of 10, 3 groups)" in card
     for name in geolip_metrics.ROWS:  # every row, in the table
         assert f"| {geolip_export.row_name(name, evaluation)} | {evaluation['rows'][name]['m_acc']:.3f} |" in card
@@ -149,8 +151,9 @@ def test_a_float16_save_stores_half_the_bytes_and_records_the_stored_weights_m_a
         geolip_train.main([*argv, "--save-dtype", "int8"])
     assert geolip_train.main(argv) == 0
     metrics = json.loads((out / "metrics.json").read_text())
-    with safe_open(out / "final" / "model.safetensors", "pt") as stored:
-        assert {stored.get_tensor(name).dtype for name in stored.keys()} == {torch.float16}
+    for file in ("base.safetensors", "memory.safetensors"):
+        with safe_open(out / "final" / file, "pt") as stored:
+            assert {stored.get_tensor(name).dtype for name in stored.keys()} == {torch.float16}
     model = AutoModel.from_pretrained(out / "final", trust_remote_code=True)
     assert next(model.parameters()).dtype == torch.float32  # config.json: it computes in float32
     assert metrics["save_dtype"] == "float16"
@@ -186,6 +189,13 @@ def test_a_run_started_from_the_blend_fits_its_weight_on_training_texts_as_the_e
     evaluation = json.loads((tmp_path / "eval" / "metrics.json").read_text())
     assert evaluation["blend_weight"] == evaluation["start_blend_weight"] == fitted
     assert "blend" in evaluation["rows"]
+    # the frozen base in a file of its own: an untrained model on the same base stores it byte for byte the same
+    config = geolip_data.training_config(out)
+    untrained = geolip_data.build_model(config, 48)
+    save_stored(untrained, tmp_path / "untrained", config.save_dtype)
+    geolip_data.store_base_apart(tmp_path / "untrained")
+    assert (tmp_path / "untrained" / "base.safetensors").read_bytes() == (out / "final" / "base.safetensors").read_bytes()
+    assert (tmp_path / "untrained" / "memory.safetensors").read_bytes() != (out / "final" / "memory.safetensors").read_bytes()
 
 
 def test_retrieval_measures_on_known_cases():

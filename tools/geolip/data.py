@@ -11,6 +11,7 @@ from pathlib import Path
 
 import numpy as np
 import torch
+from safetensors.torch import load_file, save_file
 from tqdm.auto import tqdm
 from transformers import AutoConfig, AutoModel, AutoTokenizer, CLIPTextModel
 
@@ -19,6 +20,7 @@ from tools import corpus, registry, runs, teachers
 
 GEOLIP = registry.GEOLIP.path
 TEACHER_CHUNK = 256  # texts the teacher embeds between two saves of its partial cache
+BASE_FILE, MEMORY_FILE = "base.safetensors", "memory.safetensors"  # a model folder's weights (store_base_apart)
 
 
 @dataclass
@@ -69,7 +71,7 @@ class Config:
     warmup_fraction: float = 0.06  # share of the steps spent warming up
     precision: str = "auto"  # forward pass: bf16 autocast (losses and optimiser float32) | fp32 | auto: bf16 where
     #                          the hardware computes it (tools/training.resolve_precision), else fp32
-    save_dtype: str = "float32"  # how final/model.safetensors stores the weights (the frozen base too): float32 |
+    save_dtype: str = "float32"  # how final/ stores the weights (the frozen base too: store_base_apart): float32 |
     #                              float16 (half the file; the model loads and computes in float32 either way;
     #                              training.save_stored)
     validate_every: int = 200  # steps between m_acc measurements
@@ -186,6 +188,24 @@ def build_model(config, teacher_dim):
     model.config.vocabulary_sha256 = vocabulary_sha256(tokenizer)  # saved with the model: the tokenizer it reads
     model.tokenizer = tokenizer
     return model.eval()  # a module starts in train mode: the base's dropout would be on until the loop sets modes
+
+
+def store_base_apart(folder):
+    """Rewrite a saved model folder's model.safetensors (save_pretrained's one file) as two files and their index:
+    base.safetensors, the frozen base's tensors, which every run on the same base and save dtype writes byte for byte
+    the same (so a re-release adds only the memory's bytes to git history), and memory.safetensors, everything
+    trained. model.safetensors.index.json maps each tensor to its file, as a sharded checkpoint's index does, and
+    from_pretrained loads the folder through it."""
+    single = Path(folder) / "model.safetensors"
+    tensors = load_file(single)
+    parts = {BASE_FILE: {name: tensor for name, tensor in tensors.items() if name.startswith("base.")}}
+    parts[MEMORY_FILE] = {name: tensor for name, tensor in tensors.items() if name not in parts[BASE_FILE]}
+    for file, part in parts.items():
+        save_file(part, Path(folder) / file, metadata={"format": "pt"})
+    runs.write_json(Path(folder) / "model.safetensors.index.json", {
+        "metadata": {"total_size": sum(tensor.numel() * tensor.element_size() for tensor in tensors.values())},
+        "weight_map": {name: file for file, part in parts.items() for name in sorted(part)}})
+    single.unlink()
 
 
 def teacher_encode(config, teacher, texts):

@@ -55,7 +55,7 @@ def parse_config(argv):
     parser.add_argument("--train", type=Path, required=True, help="tools/geolip/train.py run folder")
     parser.add_argument("--out", type=Path, required=True, help="run folder")
     config = Config(**vars(parser.parse_args(argv)))
-    for path in (config.train / "config.json", config.train / "final" / "model.safetensors"):
+    for path in (config.train / "config.json", config.train / "metrics.json"):  # metrics.json: final/ is written
         if not path.exists():
             raise SystemExit(f"{path} not found: train with tools/geolip/train.py first")
     return config

@@ -69,7 +69,7 @@ def parse_config(argv):
     parser.add_argument("--max-difference", type=float, default=Config.max_difference)
     config = Config(**vars(parser.parse_args(argv)))
     config.to = config.to or config.out / registry.GEOLIP.folder
-    needed = [config.train / "final" / "model.safetensors", config.train / "metrics.json",
+    needed = [config.train / "final" / "config.json", config.train / "metrics.json",
               config.eval / "metrics.json"]
     if config.ablation is not None:
         needed.append(config.ablation / "metrics.json")

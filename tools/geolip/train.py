@@ -39,7 +39,9 @@ Training: AdamW with linear warm-up and decay, bf16 autocast on the forward pass
 The out folder gets config.json, run.json, checkpoint-memory.pt, teacher.npy (the cache of the training, held-out
 and spliced texts' teacher embeddings, unless --teacher-cache names a shared one), tensorboard/, metrics.json
 (history, init, CV target, the minutes each phase took, and the validation m_acc of the weights as stored) and
-training_curve.png, and final/, the model folder (weights, tokenizer, remote code). --save-dtype float16 (both
+training_curve.png, and final/, the model folder (weights, tokenizer, remote code): the frozen base's weights in
+base.safetensors, byte for byte the same for every run on the same base, the trained ones in memory.safetensors
+(tools/geolip/data.store_base_apart). --save-dtype float16 (both
 presets) stores every weight, the frozen base's too, in half the bytes; the model loads and computes in float32.
 """
 
@@ -61,7 +63,7 @@ from shared_modeling.losses import info_nce_with_hard_negatives, pentachoron_cv_
 from shared_modeling.segments import segment_spans
 from tools import encoders, runs
 from tools.geolip.data import (PRESETS, Config, base_folder, build_model, split_texts, spliced_tails,
-                               teacher_embeddings, teacher_encode)
+                               store_base_apart, teacher_embeddings, teacher_encode)
 from tools.geolip.metrics import fit_blend_weight, m_acc, mean_cosine, procrustes_maps, row_embeddings
 from tools.plots import Panel, curve, plot_history
 from tools.training import STORAGE_DTYPES, batch_at, resolve_precision, run_stage, save_stored
@@ -205,6 +207,7 @@ def main(argv=None):
         if folder.exists():
             shutil.rmtree(folder)
         save_stored(model, folder, config.save_dtype)  # the model is now the stored weights
+        store_base_apart(folder)  # the frozen base in a file of its own
         stored_m_acc = history["validation"][-1]["m_acc"]  # float32 stores the weights as trained
         if config.save_dtype != "float32":
             with torch.no_grad():
