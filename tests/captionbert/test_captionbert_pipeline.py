@@ -4,6 +4,7 @@ resumption after kill -9; 2-process extraction."""
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -332,14 +333,24 @@ def test_pipeline_end_to_end_exports_a_loadable_folder_with_a_generated_card(tmp
                           "--encoder", f"captionbert-8192-v2={distill / 'final'}",
                           "--encoder", f"{captionbert_export.FROM_SCRATCH}={distill / 'final'}",
                           "--encoder", f"{captionbert_export.STATIC}=model2vec:{tiny_teachers[0]}",
-                          "--encoder", str(tiny_teachers[0]), "--encoder", str(tiny_teachers[1])]) == 0
+                          "--encoder", str(tiny_teachers[0]), "--encoder", str(tiny_teachers[1]),
+                          "--encoder", f"{captionbert_export.FOR_SCALE}={tiny_teachers[1]}"]) == 0  # a tiny stand-in
     long_dir = tmp_path / "long"
     assert long_inputs.main(["--model", str(distill / "final"), "--teacher", str(tiny_teachers[0]),
                              "--data-dir", str(data_dir), "--out", str(long_dir)]) == 0
     hub = captionbert_copy(tmp_path / "hub-folder", **{**TINY_CAPTIONBERT, "output_dim": 48})
-    assert captionbert_export.main(["--extract", str(extraction), "--align", str(alignment), "--distill",
-                                    str(distill), "--eval", str(eval_dir), "--long", str(long_dir), "--out",
-                                    str(tmp_path / "export"), "--hub", str(hub)]) == 0
+    def export_argv(evaluation):
+        return ["--extract", str(extraction), "--align", str(alignment), "--distill", str(distill), "--eval",
+                str(evaluation), "--long", str(long_dir), "--out", str(tmp_path / "export"), "--hub", str(hub)]
+
+    without = tmp_path / "eval-without-for-scale"  # the card compares the model with all-MiniLM-L6-v2's row
+    shutil.copytree(eval_dir, without)
+    metrics = json.loads((without / "metrics.json").read_text())
+    del metrics[captionbert_export.FOR_SCALE]
+    (without / "metrics.json").write_text(json.dumps(metrics))
+    with pytest.raises(SystemExit, match="has no row 'all-MiniLM-L6-v2'"):
+        captionbert_export.main(export_argv(without))
+    assert captionbert_export.main(export_argv(eval_dir)) == 0
     target = tmp_path / "export" / "captionbert-8192-v2"  # built inside the export run, from hub's own files
     assert_card_from_records(tmp_path / "export", target)
     # publish holds the build's card to its export run's records, not to file times (a `cp` copy keeps no order)

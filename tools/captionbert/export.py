@@ -84,6 +84,8 @@ def check_inputs(config):
     if STUDENT not in metrics:
         raise SystemExit(f"{config.eval} has no row {STUDENT!r}: evaluate with --encoder {STUDENT}={final}")
     encoders.require_scored(metrics[STUDENT]["weights_sha256"], final, config.eval)
+    if FOR_SCALE not in metrics:  # the card and the README compare the model with it
+        raise SystemExit(f"{config.eval} has no row {FOR_SCALE!r}: evaluate with --encoder teacher:{FOR_SCALE} too")
     if config.long is not None and runs.read_json(config.long / "metrics.json")["weights_sha256"] != metrics[STUDENT][
             "weights_sha256"]:
         raise SystemExit(f"{config.long} scored other weights than {final}: run tools.captionbert.long_inputs again")
