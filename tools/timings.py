@@ -6,7 +6,8 @@ Usage:
 
 What each command records in runs/ (not in git), and what counts as complete:
     make setup              runs/setup.json: the seconds it took to create .venv and install (the Makefile writes it
-                            when it installs; an up-to-date .venv writes nothing)
+                            when it installs; an up-to-date .venv writes nothing); complete: it compiled
+                            llama-cpp-python, as a first install does (a wheel from pip's cache takes a minute)
     make test               runs/test/session.json: pytest's wall time and outcome (tests/conftest.py writes it as a
                             session ends); complete: the whole suite ran (no file, -k or -m selection) and passed
     make demo [BUDGET=cpu]  runs/<budget>/steps.json: the minutes each step took as built (tools/demo.py writes it as
@@ -29,6 +30,10 @@ def setup_entry():
     if not SETUP.is_file():
         return None
     record = runs.read_json(SETUP)
+    if not record.get("compiled"):
+        print(f"{SETUP}: llama-cpp-python came from pip's wheel cache, not as a first install; make setup's entry is "
+              "kept (`pip cache remove llama_cpp_python`, then remove .venv, to measure one)")
+        return None
     return {"minutes": record["seconds"] / 60, "cpus": record["cpus"], "measured": record["finished"]}
 
 
