@@ -122,13 +122,16 @@ def test_tiny_run_trains_evaluates_and_exports_a_loadable_folder(tmp_path, data_
 @pytest.mark.slow
 def test_hard_negative_groups_of_training_texts_join_every_batch(tmp_path, data_dir):
     """--hard-negative-groups: spliced groups of training texts (never held out), embedded by the teacher into their
-    own cache, one group in every batch. A batch that cannot hold a group besides other texts is refused. (With the
-    optional cosine term, which then enters the loss and its history.)"""
-    base, out, argv = tiny_run(tmp_path, data_dir, flickr_captions=0, steps=2, batch_size=5, splice_k=3,
-                               splice_groups=2, hard_negative_groups=2, init_texts=8, cv_target_texts=2,
-                               cosine_weight=0.5)
+    own cache, --groups-per-batch of them in every batch (here the whole batch). A batch that cannot hold its groups,
+    or more groups a batch than there are, is refused. (With the optional cosine term, which then enters the loss and
+    its history.)"""
+    base, out, argv = tiny_run(tmp_path, data_dir, flickr_captions=0, steps=2, batch_size=6, splice_k=3,
+                               splice_groups=2, hard_negative_groups=2, groups_per_batch=2, init_texts=8,
+                               cv_target_texts=2, cosine_weight=0.5)
     with pytest.raises(SystemExit, match="hard-negative-groups"):
-        geolip_train.main([*argv, "--batch-size", "3"])
+        geolip_train.main([*argv, "--batch-size", "5"])
+    with pytest.raises(SystemExit, match="more than the 2 hard-negative groups"):
+        geolip_train.main([*argv, "--groups-per-batch", "3", "--batch-size", "9"])
     with pytest.raises(SystemExit, match="must be >= 0"):
         geolip_train.main([*argv, "--cosine-weight", "-1"])
     assert geolip_train.main(argv) == 0
@@ -137,7 +140,7 @@ def test_hard_negative_groups_of_training_texts_join_every_batch(tmp_path, data_
     config = geolip_data.training_config(out)
     training, validation = geolip_data.split_texts(config)
     hard, _ = geolip_data.spliced_tails(AutoTokenizer.from_pretrained(base), training, 77, 3, 2, config.seed + 1)
-    cached = geolip_data.cached_teacher_embeddings(config, hard, part="hard-negatives")
+    cached = geolip_data.cached_teacher_embeddings(config, hard, part="hard-negatives-2")
     assert len(hard) == 6 and cached.shape == (6, 48)
     held_out_prefixes = {text[:200] for text in validation}
     assert not any(text[:200] in held_out_prefixes for text in hard)  # built from training texts alone
@@ -196,6 +199,28 @@ def test_a_run_started_from_the_blend_fits_its_weight_on_training_texts_as_the_e
     geolip_data.store_base_apart(tmp_path / "untrained")
     assert (tmp_path / "untrained" / "base.safetensors").read_bytes() == (out / "final" / "base.safetensors").read_bytes()
     assert (tmp_path / "untrained" / "memory.safetensors").read_bytes() != (out / "final" / "memory.safetensors").read_bytes()
+
+
+@pytest.mark.slow
+def test_levers_train_and_evaluate_each_and_set_the_memory_against_every_no_training_reader(tmp_path, data_dir):
+    """tools/geolip/levers.py on two levers at a tiny size: each a training run and its evaluation, levers.json a row
+    each with the readers (both runs read 18-token segments: one segment_mean and one blend row) it does not beat."""
+    from tools.geolip import levers
+
+    _, _, argv = tiny_run(tmp_path, data_dir, flickr_captions=0, steps=2, batch_size=4, init_texts=8,
+                          cv_target_texts=2, splice_groups=2, hard_negative_groups=0)
+    options = [option for option in argv[argv.index("--data-dir"):]]  # every training option but --out
+    assert levers.main(["--out", str(tmp_path / "levers"), "--only", "recipe", "blend", "--teacher-cache",
+                        str(tmp_path / "cache" / "teacher.npy"), *options]) == 0
+    table = runs.read_json(tmp_path / "levers" / "levers.json")
+    assert table["complete"] and [row["name"] for row in table["rows"]] == ["recipe", "blend"]
+    assert sorted(table["readers"]) == ["blend (18)", "first_segment", "segment_mean (18)", "window", "window_linear"]
+    for row in table["rows"]:
+        evaluation = runs.read_json(tmp_path / "levers" / f"{row['name']}-eval" / "metrics.json")
+        memory = evaluation["rows"]["memory"]
+        assert row["m_acc"] == memory["m_acc"] and row["steps"] == 2
+        lost = [label for label, reader in table["readers"].items() if memory["m_acc"] <= reader["m_acc"]]
+        assert [entry.split(" on ")[0] for entry in row["loses_to"] if " on m_acc " in entry] == lost
 
 
 def test_retrieval_measures_on_known_cases():

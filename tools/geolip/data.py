@@ -55,6 +55,7 @@ class Config:
     splice_groups: int = 100  # spliced-tails groups, at most one per held-out text long enough to give a prefix
     hard_negative_groups: int = 0  # spliced-tails groups of training texts (their own teacher embeddings): each
     #                                batch holds one, splice_k texts that share their window and differ after it
+    groups_per_batch: int = 1  # hard-negative groups in each batch (batch_size // splice_k: batches of groups alone)
     segment_size: int = 18
     segment_stride: int = 14
     max_segments: int = 32

@@ -23,9 +23,9 @@ projector's training sample as tools/geolip/evaluate.py fits the card's blend ro
 Loss: InfoNCE(projector(student) -> teacher, in-batch negatives) x 1.0 + the SVD-Procrustes residual of the
 student batch against the teacher batch x 0.3 + (pentachoron CV of each text's segment anchors - the teacher's CV)^2
 x 0.05 over texts with at least 5 segments (+ 1 - cosine(projected student, teacher) x --cosine-weight, 0 in the
-published loss). With --hard-negative-groups, each batch also holds one spliced-tails group of training texts:
---splice-k texts that share their first --base-window tokens (one text's prefix, then the tails of others) and differ
-only after them, so only what the memory reads past the window tells them apart. The teacher's CV: its embeddings of
+published loss). With --hard-negative-groups, each batch also holds --groups-per-batch (1) spliced-tails groups of
+training texts: --splice-k texts that share their first --base-window tokens (one text's prefix, then the tails of
+others) and differ only after them, so only what the memory reads past the window tells them apart. The teacher's CV: its embeddings of
 the segment texts of a sample of training texts, each text's CV averaged. The projector starts as the orthogonal
 Procrustes map of the untrained student onto the teacher on a training sample (the cosine before and after is
 recorded).
@@ -76,14 +76,18 @@ def parse_config(argv):
     config = runs.parse_with_presets(parser, Config, PRESETS, argv, skip=("out", "texts"),
                                      positive=("steps", "batch_size", "validation_texts", "cv_samples",
                                                "cv_target_texts", "init_texts", "splice_k", "splice_groups",
-                                               "validate_every", "checkpoint_every", "log_every"))
+                                               "groups_per_batch", "validate_every", "checkpoint_every", "log_every"))
     if config.batch_size < 2:
         raise SystemExit("--batch-size must be at least 2 (InfoNCE needs in-batch negatives)")
     if config.splice_k < 2:
         raise SystemExit("--splice-k must be at least 2 (a group of one retrieves itself)")
-    if config.hard_negative_groups < 0 or (config.hard_negative_groups and config.batch_size <= config.splice_k):
-        raise SystemExit("--hard-negative-groups must be >= 0, and with groups the batch must hold one group of "
-                         f"--splice-k {config.splice_k} and other texts")
+    groups_size = config.splice_k * config.groups_per_batch
+    if config.hard_negative_groups < 0 or (config.hard_negative_groups and config.batch_size < groups_size):
+        raise SystemExit("--hard-negative-groups must be >= 0, and with groups the batch must hold "
+                         f"--groups-per-batch {config.groups_per_batch} of --splice-k {config.splice_k}")
+    if config.hard_negative_groups and config.groups_per_batch > config.hard_negative_groups:
+        raise SystemExit(f"--groups-per-batch {config.groups_per_batch} is more than the "
+                         f"{config.hard_negative_groups} hard-negative groups")
     if min(config.procrustes_weight, config.cv_weight, config.cosine_weight) < 0:
         raise SystemExit("--procrustes-weight, --cv-weight and --cosine-weight must be >= 0")
     if config.start not in ("window", "blend"):
@@ -137,7 +141,8 @@ def main(argv=None):
         started = time.perf_counter()
         # the spliced texts' embeddings are only cached here, for tools/geolip/evaluate.py
         targets = torch.from_numpy(teacher_embeddings(config, teacher, training + validation + splice))
-        hard_targets = (torch.from_numpy(teacher_embeddings(config, teacher, hard, part="hard-negatives"))
+        hard_targets = (torch.from_numpy(teacher_embeddings(config, teacher, hard,  # a part per count of groups
+                                                            part=f"hard-negatives-{config.hard_negative_groups}"))
                         if hard else None)
         teacher_minutes = (time.perf_counter() - started) / 60  # ~0 when the cache held them
         train_targets, validation_targets, _ = targets.split([len(training), len(validation), len(splice)])
@@ -171,11 +176,13 @@ def main(argv=None):
               f"{init['cosine_after']:.3f}; teacher CV target {target_cv:.4f} ({cv_texts} texts)")
 
         def loss_at(step):
-            rows = batch_at(step, len(training), config.batch_size - (k if hard_groups else 0), config.seed)
+            per_batch = config.groups_per_batch if hard_groups else 0
+            random_rows = config.batch_size - per_batch * k  # 0: the batch is its groups alone
+            rows = batch_at(step, len(training), random_rows, config.seed) if random_rows else []
             ids, teacher_rows = [train_ids[i] for i in rows], train_targets[rows]
-            if hard_groups:  # the step's group of hard negatives joins the batch
-                group = slice(step % hard_groups * k, (step % hard_groups + 1) * k)
-                ids, teacher_rows = ids + hard_ids[group], torch.cat([teacher_rows, hard_targets[group]])
+            for group in range(step * per_batch, (step + 1) * per_batch):  # the step's groups of hard negatives
+                texts = slice(group % hard_groups * k, (group % hard_groups + 1) * k)
+                ids, teacher_rows = ids + hard_ids[texts], torch.cat([teacher_rows, hard_targets[texts]])
             with sdpa_kernel(SDPBackend.MATH):  # on a CPU, bf16 flash attention's backward is ~10x slower here
                 output = model.embed(ids)
             with torch.autocast(output.pooler_output.device.type, enabled=False):  # the losses in float32
