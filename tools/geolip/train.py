@@ -175,9 +175,10 @@ def main(argv=None):
         print(f"projector init by Procrustes on {len(sample)} texts: cosine {init['cosine_before']:.3f} -> "
               f"{init['cosine_after']:.3f}; teacher CV target {target_cv:.4f} ({cv_texts} texts)")
 
+        per_batch = config.groups_per_batch if hard_groups else 0  # hard-negative groups in each batch
+        random_rows = config.batch_size - per_batch * k  # 0: the batch is its groups alone
+
         def loss_at(step):
-            per_batch = config.groups_per_batch if hard_groups else 0
-            random_rows = config.batch_size - per_batch * k  # 0: the batch is its groups alone
             rows = batch_at(step, len(training), random_rows, config.seed) if random_rows else []
             ids, teacher_rows = [train_ids[i] for i in rows], train_targets[rows]
             for group in range(step * per_batch, (step + 1) * per_batch):  # the step's groups of hard negatives
