@@ -3,9 +3,11 @@
 from huggingface_hub.dataclasses import strict
 from transformers import PreTrainedConfig
 
+from .shared_checks import RemoteCodeFilesCheck
+
 
 @strict
-class CaptionBertConfig(PreTrainedConfig):
+class CaptionBertConfig(RemoteCodeFilesCheck, PreTrainedConfig):
     """Hyper-parameters of CaptionBertModel. The defaults are the published 58.3M-parameter model.
 
     vocab_size: WordPiece vocabulary (bert-base-uncased, 30,522).

@@ -5,9 +5,11 @@ message naming the problem instead of producing embeddings of garbage."""
 import hashlib
 import json
 import unicodedata
+from pathlib import Path
 
 import torch
 from safetensors import SafetensorError
+from transformers.dynamic_module_utils import get_relative_imports
 
 
 def check_texts(texts):
@@ -92,6 +94,39 @@ def checked_from_pretrained(load, *args, **kwargs):
                          "config.json and model.safetensors do not belong together")
     check_finite(model.state_dict(), f"{source}'s weights")
     return (model, info) if wants_info else model
+
+
+class RemoteCodeFilesCheck:
+    """A mixin of the bundle's configs: loaded from a local folder, the config refuses a folder that lacks a file of
+    its remote code (a module config.json's auto_map names, or one that such a module imports relatively), before
+    transformers' own error, which points at a Hub address made from the local path."""
+
+    @classmethod
+    def from_pretrained(cls, pretrained_model_name_or_path, *args, **kwargs):
+        loaded = super().from_pretrained(pretrained_model_name_or_path, *args, **kwargs)
+        config = loaded[0] if isinstance(loaded, tuple) else loaded  # (config, unused kwargs) when asked for
+        if Path(pretrained_model_name_or_path).is_dir():
+            check_remote_code_files(Path(pretrained_model_name_or_path), getattr(config, "auto_map", None) or {})
+        return loaded
+
+
+def check_remote_code_files(folder, auto_map):
+    """Refuse a folder missing a module of its remote code: those auto_map names ("module.Class"; a reference to
+    another repository's code, "repo--module.Class", is not the folder's) and, recursively, their relative
+    imports."""
+    needed = [(reference.split(".")[0], "config.json's auto_map names it") for reference in auto_map.values()
+              if isinstance(reference, str) and "--" not in reference]
+    seen = set()
+    while needed:
+        module, why = needed.pop()
+        if module in seen:
+            continue
+        seen.add(module)
+        path = folder / f"{module}.py"
+        if not path.is_file():
+            raise FileNotFoundError(f"{folder} has no {path.name}, a file of the model's remote code ({why}): copy "
+                                    "or download the whole model folder")
+        needed += [(imported, f"{path.name} imports it") for imported in sorted(get_relative_imports(path))]
 
 
 def check_finite(tensors, source):

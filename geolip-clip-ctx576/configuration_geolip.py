@@ -4,6 +4,7 @@ geometric memory."""
 from huggingface_hub.dataclasses import strict
 from transformers import AutoConfig, PreTrainedConfig
 
+from .shared_checks import RemoteCodeFilesCheck
 from .shared_segments import covered_tokens
 
 # The text tower of CLIP-ViT-L/14 (123M parameters, 768-d, 77 positions): the published base.
@@ -12,7 +13,7 @@ CLIP_L_TEXT = {"hidden_size": 768, "intermediate_size": 3072, "num_attention_hea
 
 
 @strict
-class GeolipConfig(PreTrainedConfig):
+class GeolipConfig(RemoteCodeFilesCheck, PreTrainedConfig):
     """Hyper-parameters of GeolipModel. The defaults are the published model (CLIP-L base, a 77-token window,
     18/14/32 segments).
 

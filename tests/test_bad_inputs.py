@@ -113,10 +113,13 @@ def test_geolip_forward_refuses_an_empty_batch(folders):
         model(texts=[])
 
 
-def without_tokenizer_json(folder, copy):
-    shutil.copytree(folder, copy)
-    (copy / "tokenizer.json").unlink()  # tokenizer_config.json stays: a BertTokenizer of its 5 special tokens loads
-    return copy
+def without(file_name):
+    """The folder without one of its files."""
+    def break_folder(folder, copy):
+        shutil.copytree(folder, copy)
+        (copy / file_name).unlink()
+        return copy
+    return break_folder
 
 
 def with_another_tokenizer(folder, copy):
@@ -177,7 +180,8 @@ def with_weight(folder, copy, value):
 
 TOKENIZER = "tokenizer of .* has [0-9,]+ tokens, the model's vocabulary [0-9,]+: tokenizer.json is missing or belongs"
 BAD_FILES = [  # (id, model, how its folder is broken, error type, message pattern)
-    ("no tokenizer.json", "captionbert", without_tokenizer_json, ValueError, TOKENIZER),
+    # without tokenizer.json, tokenizer_config.json loads a BertTokenizer of its 5 special tokens
+    ("no tokenizer.json", "captionbert", without("tokenizer.json"), ValueError, TOKENIZER),
     *((f"another model's tokenizer", name, with_another_tokenizer, ValueError, TOKENIZER)
       for name in ("captionbert", "geolip")),
     *((f"tokens {how} in tokenizer.json", name, lambda folder, copy, move=move: with_ids_moved(folder, copy, move),
@@ -189,6 +193,11 @@ BAD_FILES = [  # (id, model, how its folder is broken, error type, message patte
       for change in (1, -1) for name in ("captionbert", "geolip")),
     *(("corrupted safetensors header", name, with_header_corrupted, ValueError,
        rf"{name}: its weights file \(model.safetensors\) cannot be read") for name in ("captionbert", "geolip")),
+    *((f"no {file}", name, without(file), FileNotFoundError,
+       rf"{name} has no {file}, a file of the model's remote code \({why}\)")
+      for name in ("captionbert", "geolip")
+      for file, why in ((f"modeling_{name}.py", "config.json's auto_map names it"),
+                        ("shared_identity.py", r"[a-z_]+\.py imports it"))),
     *((f"{value} weight", name, lambda folder, copy, value=value: with_weight(folder, copy, float(value)), ValueError,
        r"weights: non-finite values \(NaN or inf\) in 1 tensors") for value in ("nan", "inf")
       for name in ("captionbert", "geolip")),
