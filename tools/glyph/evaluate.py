@@ -5,7 +5,8 @@ Usage:
         --encoder glyph-embedder-v2=runs/demo/glyph/train/final
     python -m tools.glyph.evaluate --corpus C --out O --encoder A=folder --encoder teacher:all-MiniLM-L6-v2
 
-The test triples (test.jsonl of tools/glyph/corpus.py) use only held-out atom words. A win is
+The test triples: test.jsonl of a tools/glyph/corpus.py folder (test set (a): the training generator's held-out
+atom words) or of a tools/glyph/crosscheck.py folder (test set (b): an independent generator). A win is
 sim(anchor, paraphrase) > sim(anchor, mutation). Paraphrase retrieval: each of the first `retrieval_queries` anchors
 searches a gallery of the paraphrases AND the mutations of all of them (so its own surface twin competes); MRR@10
 counts 1/rank of its own paraphrase when it is in the top 10.
@@ -28,7 +29,7 @@ from tools.glyph.metrics import random_embedder, score_embeddings, score_jaccard
 
 @dataclass
 class Config:
-    corpus: Path  # folder of tools/glyph/corpus.py (test.jsonl)
+    corpus: Path  # folder of tools/glyph/corpus.py or crosscheck.py (test.jsonl)
     out: Path  # run folder
     encoder: list[str] = field(default_factory=list)  # NAME=SPEC or SPEC (tools/encoders.py kinds), one per row
     retrieval_queries: int = 1000  # anchors used for MRR@10 (their paraphrases form the gallery)
@@ -37,7 +38,7 @@ class Config:
 
 def parse_config(argv):
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--corpus", type=Path, required=True, help="tools/glyph/corpus.py folder")
+    parser.add_argument("--corpus", type=Path, required=True, help="tools/glyph/corpus.py or crosscheck.py folder")
     parser.add_argument("--out", type=Path, required=True, help="run folder")
     parser.add_argument("--encoder", action="append", default=[], help="NAME=SPEC or SPEC; repeat for more rows")
     parser.add_argument("--retrieval-queries", type=int, default=Config.retrieval_queries)
