@@ -61,10 +61,10 @@ PRESETS = {
     # 980 steps of 128 fit the 40 min of training on 2 cores (runs/demo/distill/metrics.json: training_minutes) in
     # bf16 on an AVX-512 BF16 CPU (34.9 min, 2.1 s a step; 600 steps took 24.5), but not in float32 on an AVX2-only
     # one (5.4 s a step). Chosen on validation (issue 40, lever 5: the trunk caps the arms): the cosine to the
-    # consensus of the held-out rows was .8999 after 600 steps, .9116 after 980. Fine-tuning weights a teacher trained takes a lower
-    # learning rate than training from scratch (5e-4, the from-scratch row's). Texts are cut at 64 tokens: a
-    # bucketed batch of 128 long descriptions at 256 tokens needs over 24 GB for its activations on the CPU
-    # (measured: 128 x 128 tokens peaks at 9 GB); STS text is short; --max-batch-tokens lets long texts in.
+    # consensus of the held-out rows was .8999 after 600 steps, .9116 after 980. Fine-tuning weights a teacher
+    # trained takes a lower learning rate than training from scratch (5e-4, the from-scratch row's). Texts are cut
+    # at 64 tokens: a bucketed batch of 128 long descriptions at 256 tokens needs over 24 GB for its activations on
+    # the CPU (measured: 128 x 128 tokens peaks at 9 GB); STS text is short; --max-batch-tokens lets long texts in.
     # final/ stores float16, the file the bundle ships: evaluation, the AMOE arms and the card all use those weights.
     "cpu": {"steps": 980, "batch_size": 128, "learning_rate": 1e-4, "warmup_steps": 98, "max_length": 64,
             "init": "select", "save_dtype": "float16",
