@@ -85,7 +85,7 @@ def test_the_demo_steps_name_their_inputs(budget):
     assert len(set(names)) == len(names)  # one folder per step
     assert all(step.out == f"{demo.BUDGETS[budget].root}/{step.name}" for step in listed)
     by_name = dict(zip(names, listed))
-    assert demo.reads(by_name["amoe/select"], by_name["amoe/solo/sts-seed1"])  # --solo holds the solo runs
+    assert demo.reads(by_name["amoe/select"], by_name["amoe/solo/paraphrase-seed1"])  # --solo holds the solo runs
     assert not demo.reads(by_name["geolip/train"], by_name["distill"])
     # The card's rows: the same budget from scratch beside the shipped init, and the long-input table.
     assert demo.reads(by_name["eval"], by_name["distill"]) and demo.reads(by_name["eval"], by_name["distill-scratch"])

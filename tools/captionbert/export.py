@@ -208,8 +208,10 @@ def levers_table(levers):
              f"| - | bare trunk | - | - | - | {trunk['validation']['mean']:.4f} | {trunk['sts8']['mean']:.4f} | | | "
              f"{trunk['sts8']['flickr8k_recall@1']:.4f} | {trunk['sts8']['flickr8k_mrr']:.4f} |"]
     for row in levers["rows"]:
+        validation = ("not judged: trains on a selection set's source" if row["validation"] is None else
+                      f"{row['validation']:.4f} ({row['trunk_validation']:.4f})")
         lines.append(f"| {row['lever']} | {row['name']} | {row['change']} | {row['steps']} | "
-                     f"{row['training_minutes']:.1f} | {row['validation']:.4f} ({row['trunk_validation']:.4f}) | "
+                     f"{row['training_minutes']:.1f} | {validation} | "
                      f"{row['sts8']:.4f} | {row['sts8_gain']:+.4f} | {row['tasks_above_trunk']}/{row['tasks']} | "
                      f"{row['flickr8k_recall@1']:.4f} | {row['flickr8k_mrr']:.4f} |")
     return "\n".join(lines)

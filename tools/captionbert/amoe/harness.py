@@ -28,8 +28,8 @@ def load_trunk(config):
 
 def validation_score(model, validation, trained_sources):
     """Every set of the validation suite (tools/captionbert/amoe/pairs.py): Spearman of cosine for the scored sets,
-    same-image MRR for flickr8k-dev, and "mean" over the sets from sources outside trained_sources (the labelled
-    sources the scored arms train on: none of them is judged on its own source)."""
+    same-image MRR for flickr8k-dev, and "mean" over the selection sets (pairs.validation_mean; None when an arm
+    trains on one of their sources: trained_sources, the labelled sources of the scored arms)."""
     scored = {name: rows for name, rows in validation.items() if name != "flickr8k-dev"}
     result = sts.score(model, scored, [])
     scores = {name: result[name] for name in scored}

@@ -87,8 +87,8 @@ def trunk_scores(config):
 
 
 def lever_row(name, steps, metrics, trunk):
-    """levers.json's row of a finished solo run against the bare trunk: validation means over the same sets (those
-    of sources the arm does not train on), STS-8 and the gauge."""
+    """levers.json's row of a finished solo run against the bare trunk: validation means over the selection sets
+    (None for an arm that trains on one of their sources: it is not judged on its own source), STS-8 and the gauge."""
     lever, change, _ = LEVERS[name]
     source = metrics["data"]["labelled_source"]
     sts8, base = metrics["sts8"], trunk["sts8"]
@@ -96,7 +96,7 @@ def lever_row(name, steps, metrics, trunk):
     return {"name": name, "lever": lever, "change": change, "steps": steps,
             "training_minutes": metrics["training_minutes"], "trains_on": source or "teacher-labelled",
             "validation": metrics["validation"]["mean"],
-            "trunk_validation": pairs.validation_mean(trunk["validation"], {source}),
+            "trunk_validation": pairs.validation_mean(trunk["validation"], set()),
             "sts8": sts8["mean"], "sts8_gain": sts8["mean"] - base["mean"],
             "tasks_above_trunk": sum(sts8[task] > base[task] for task in tasks), "tasks": len(tasks),
             "flickr8k_recall@1": sts8["flickr8k_recall@1"], "flickr8k_mrr": sts8["flickr8k_mrr"]}
@@ -137,9 +137,10 @@ def main(argv=None):
             runs.write_json(config.out / "levers.json", {  # after every lever: a stopped run keeps its table so far
                 "model": str(config.model), "trunk": trunk, "rows": rows, "complete": len(rows) == len(config.only)})
     for row in rows:
+        validation = "not judged (own source)" if row["validation"] is None else f"{row['validation']:.4f}"
         print(f"{row['name']:>22}: STS-8 {row['sts8']:.4f} ({row['sts8_gain']:+.4f} vs the trunk's "
               f"{trunk['sts8']['mean']:.4f}, above it on {row['tasks_above_trunk']}/{row['tasks']} tasks), validation "
-              f"{row['validation']:.4f} (trunk {row['trunk_validation']:.4f}), {row['training_minutes']:.1f} min")
+              f"{validation} (trunk {row['trunk_validation']:.4f}), {row['training_minutes']:.1f} min")
     return 0
 
 

@@ -38,8 +38,9 @@ select    greedy forward selection over solo arms (seed 0 is the arm; seed 1 mea
           control on STS-8 and the Flickr8k gauge (a diagnostic: validation gain against STS-8 gain and their rank
           correlation), and sweeps the dispatch tau (.10/.05/.02) on STS-B.
 Validation (tools/captionbert/amoe/pairs.py: STS-B dev, MRPC test, SNLI test, Flickr8k dev same-image retrieval; no
-held-out text) makes every decision, never STS-8; a roster's mean leaves out the sets from the sources its arms train
-on, so no arm is judged on its own source. No training row holds a held-out or validation text.
+held-out text) makes every decision, never STS-8: one mean over the same two sets for every roster (STS-B dev and
+Flickr8k dev, pairs.SELECTION_SETS), so an arm that trains on STS-B or Flickr8k (sts, caption) is not a candidate and
+no arm is judged on its own source. No training row holds a held-out or validation text.
 """
 
 import argparse
@@ -472,13 +473,15 @@ class Candidate:
     @property
     def spread(self):
         """Its two-seed spread of the solo validation mean."""
-        return abs(self.seeds[0]["validation"]["mean"] - self.seeds[1]["validation"]["mean"])
+        return abs(pairs.validation_mean(self.seeds[0]["validation"], set())
+                   - pairs.validation_mean(self.seeds[1]["validation"], set()))
 
 
 @dataclass
 class Trial:
-    """One roster under a freshly trained dispatch: its validation scores (per set, and "mean" over the sets none of
-    its arms trains on), its STS-8 (a diagnostic the decisions never read), the dispatch and its training record."""
+    """One roster under a freshly trained dispatch: its validation scores (per set, and "mean" over the selection
+    sets, the same for every roster), its STS-8 (a diagnostic the decisions never read), the dispatch and its training
+    record."""
     roster: list
     validation: dict
     sts8: dict
@@ -486,22 +489,18 @@ class Trial:
     record: dict
 
 
-def greedy_selection(candidates, evaluate_roster, bar, sources):
+def greedy_selection(candidates, evaluate_roster, bar):
     """Greedy forward selection (ACCEPTED, STEPS). At arm count A every remaining candidate joins the accepted
     roster, and so does the untrained control in its place; evaluate_roster(roster) -> a Trial. A candidate's margin
-    is its roster's validation mean minus the control's, both over the sets whose source no arm of the candidate's
-    roster trains on (sources: {candidate: the labelled source it trains on}), so no arm is judged on its own
-    source. The best margin is accepted only if it beats `bar`; the first step where none does ends the search (it is
-    recorded too). A candidate whose roster leaves no validation set is never accepted."""
+    is its roster's validation mean (pairs.validation_mean, over the selection sets) minus the control's. The best
+    margin is accepted only if it beats `bar`; the first step where none does ends the search (it is recorded too).
+    No candidate may train on a selection set's source (select refuses it before anything trains)."""
     accepted, steps, remaining = [], [], list(candidates)
     while remaining:
         control = evaluate_roster(accepted + [CONTROL])
         trials = {name: evaluate_roster(accepted + [name]) for name in remaining}
-        margins = {}
-        for name, trial in trials.items():
-            trained = {sources[member] for member in accepted + [name]}
-            mean = pairs.validation_mean(trial.validation, trained)
-            margins[name] = -math.inf if mean is None else mean - pairs.validation_mean(control.validation, trained)
+        baseline = pairs.validation_mean(control.validation, set())
+        margins = {name: pairs.validation_mean(trial.validation, set()) - baseline for name, trial in trials.items()}
         best = max(margins, key=margins.get)
         verdict = "accepted" if margins[best] > bar else "rejected"
         steps.append({"arm_count": len(accepted) + 1, "roster_before": list(accepted), "control": control,
@@ -531,7 +530,12 @@ def select(config):
         members[name] = Candidate(arm=seeds[0][1], dispatch=seeds[0][2], config=solo_config,
                                   data=solo_data(solo_config, config.data_dir),
                                   seeds=[seed[3] for seed in seeds])
-    sources = {name: member.data.labelled_source for name, member in members.items()}
+    own = [f"{name} ({member.data.labelled_source})" for name, member in members.items()
+           if pairs.judged_on_own_source(member.data.labelled_source)]
+    if own:
+        raise SystemExit(f"{', '.join(own)}: trains on the source of a selection set "
+                         f"({', '.join(pairs.SELECTION_SETS)}), so it would be judged on its own source; leave it "
+                         "out of --candidates (it still trains and scores as a solo arm)")
     bar = max(member.spread for member in members.values())
     print(f"bar (largest two-seed spread of the solo validation means): {bar:.4f}")
     print("scoring the bare trunk")
@@ -561,11 +565,11 @@ def select(config):
         if roster == [CONTROL]:
             return Trial(roster, trunk["validation"], trunk["sts8"], dispatch, record)
         with attached(model, arms, dispatch):
-            scores = validation_score(model, validation, {sources[name] for name in roster if name != CONTROL})
+            scores = validation_score(model, validation, set())
             diagnostic = sts8_score(model, config)
         return Trial(roster, scores, diagnostic, dispatch, record)
 
-    accepted, trials = greedy_selection(config.candidates, evaluate_roster, bar, sources)
+    accepted, trials = greedy_selection(config.candidates, evaluate_roster, bar)
     steps = [{"arm_count": step["arm_count"], "roster_before": step["roster_before"], "bar": bar,
               "control": {"validation": step["control"].validation, "sts8": step["control"].sts8,
                           **_brief(step["control"].record)},
@@ -577,11 +581,10 @@ def select(config):
     solo_rows = {f"solo {name}": member.seeds[0]["sts8"] for name, member in members.items()}
     record = {"status": "complete", "trunk_hash": trunk_id, "bar": bar, "steps": steps,
               "trunk_validation": trunk["validation"], "validation_against_sts8": validation_against_sts8(
-                  members, sources, trunk, steps), "tau_sweep": []}
+                  members, trunk, steps), "tau_sweep": []}
 
     final = trials[len(accepted) - 1]["trials"][accepted[-1]] if accepted else None
-    trunk_check = None if final is None else never_worse(trunk["validation"], final.validation,
-                                                        {sources[name] for name in accepted}, bar)
+    trunk_check = None if final is None else never_worse(trunk["validation"], final.validation, bar)
     record["trunk_check"] = trunk_check
     library = config.out / "amoe"
     for name, member in members.items():  # the solo arms ship whether or not a collective does
@@ -626,27 +629,25 @@ def select(config):
                  f"control ({'+'.join(control.roster)})": control.sts8}}
 
 
-def never_worse(trunk_validation, collective_validation, trained_sources, bar):
-    """Never worse by default: a collective ships only if its validation mean beats the bare trunk's, both over the
-    sets none of its arms trains on, by more than the bar (the control comparisons alone do not promise that)."""
-    trunk_mean = pairs.validation_mean(trunk_validation, trained_sources)
-    gain = collective_validation["mean"] - trunk_mean
-    return {"collective": collective_validation["mean"], "trunk": trunk_mean, "gain": gain, "bar": bar,
-            "passed": gain > bar}
+def never_worse(trunk_validation, collective_validation, bar):
+    """Never worse by default: a collective ships only if its validation mean beats the bare trunk's by more than the
+    bar (the control comparisons alone do not promise that)."""
+    collective, trunk = (pairs.validation_mean(scores, set()) for scores in (collective_validation, trunk_validation))
+    return {"collective": collective, "trunk": trunk, "gain": collective - trunk, "bar": bar,
+            "passed": collective - trunk > bar}
 
 
-def validation_against_sts8(members, sources, trunk, steps):
+def validation_against_sts8(members, trunk, steps):
     """Does validation predict the test? Per solo run (candidate and seed) and per roster the selection tried: its
-    validation gain over the trunk (over the sets none of its arms trains on) against its STS-8 gain, and the
-    Spearman rank correlation of the two across the solo runs. A diagnostic: the decisions never read STS-8."""
-    def gain(validation, sts8, trained):
-        return {"validation_gain": validation["mean"] - pairs.validation_mean(trunk["validation"], trained),
-                "sts8_gain": sts8["mean"] - trunk["sts8"]["mean"]}
+    validation gain over the trunk (the selection mean) against its STS-8 gain, and the Spearman rank correlation of
+    the two across the solo runs. A diagnostic: the decisions never read STS-8."""
+    def gain(validation, sts8):
+        return {"validation_gain": pairs.validation_mean(validation, set())
+                - pairs.validation_mean(trunk["validation"], set()), "sts8_gain": sts8["mean"] - trunk["sts8"]["mean"]}
 
-    solo = [{"candidate": name, "seed": seed, **gain(run["validation"], run["sts8"], {sources[name]})}
+    solo = [{"candidate": name, "seed": seed, **gain(run["validation"], run["sts8"])}
             for name, member in members.items() for seed, run in enumerate(member.seeds)]
-    rosters = [{"roster": step["roster_before"] + [name], **gain(trial["validation"], trial["sts8"],
-                                                                  {sources[n] for n in step["roster_before"] + [name]})}
+    rosters = [{"roster": step["roster_before"] + [name], **gain(trial["validation"], trial["sts8"])}
                for step in steps for name, trial in step["candidates"].items()]
     correlation = None
     if len(solo) > 2:
@@ -697,9 +698,9 @@ def write_arms_json(library, members, steps, shipped, trunk_id, config):
             "in_collective": name in roster}
     payload = {"trunk_hash": trunk_id, "collective": shipped["collective"] if shipped else None,
                "roster": roster or None,
-               "selection_metric": ("margin over the untrained control of the validation mean (tools/captionbert/"
-                                    "amoe/pairs.py) over the sets whose source no arm of the roster trains on; "
-                                    "never STS-8"),
+               "selection_metric": ("margin over the untrained control of the validation mean over "
+                                    f"{' and '.join(pairs.SELECTION_SETS)} (tools/captionbert/amoe/pairs.py), "
+                                    "whose sources no candidate trains on; never STS-8"),
                "arms": entries}
     runs.write_json(library / "arms" / "ARMS.json", payload)
     return library / "arms" / "ARMS.json"
