@@ -19,6 +19,8 @@ from tools.glyph.grammar import (
     Post,
     Quant,
     canonical,
+    is_mirror_against_flip,
+    mirror_against_flip,
     mutations,
     parse,
     rewrites,
@@ -157,6 +159,32 @@ def test_generator_is_seeded_and_its_triples_are_checked():
         assert same_meaning(triple.anchor, triple.positive, LEXICON.synonyms)
         assert not same_meaning(triple.anchor, triple.negative, LEXICON.synonyms)
         assert triple.anchor.replace(" ", "") != triple.positive.replace(" ", "")
+
+
+def test_a_direction_case_mirrors_the_relation_whose_operator_its_mutation_flips():
+    anchor = parse("a → b ∧ c")
+    assert mirror_against_flip(anchor) == [("→/←", parse("b ∧ c ← a"), parse("a ← b ∧ c"))]
+    assert is_mirror_against_flip(anchor, parse("b ∧ d ← a"), parse("a ← b ∧ c"))  # a renamed atom keeps the case
+    assert not is_mirror_against_flip(anchor, parse("b ∧ c ← a"), parse("b ∧ c → a"))  # not that relation flipped
+    assert not is_mirror_against_flip(anchor, parse("¬¬(b ∧ c) ← a"), parse("a ← b ∧ c"))  # another rewrite on top
+    assert mirror_against_flip(parse("a ∧ b ↔ c")) == []
+
+
+@pytest.mark.parametrize("share", [0.0, 0.3, 1.0])
+def test_the_direction_share_of_the_generator(share):
+    generator = ClaimGenerator(LEXICON, 5, direction_share=share)
+    triples = [generator.triple() for _ in range(300)]
+    cases = [is_mirror_against_flip(*(parse(text) for text in (t.anchor, t.positive, t.negative))) for t in triples]
+    for triple, case in zip(triples, cases):
+        assert same_meaning(triple.anchor, triple.positive, LEXICON.synonyms)
+        assert not same_meaning(triple.anchor, triple.negative, LEXICON.synonyms)
+        if triple.rewrites[0] == "mirror":  # the generator's direction cases, and only they, start with the mirror
+            assert case and triple.rewrites == ("mirror", "rename")
+    drawn = sum(t.rewrites[0] == "mirror" for t in triples) / len(triples)
+    assert drawn == pytest.approx(share, abs=0.08)
+    assert sum(cases) / len(cases) < 0.1 if share == 0 else drawn <= sum(cases) / len(cases)
+    with pytest.raises(ValueError, match="direction_share"):
+        ClaimGenerator(LEXICON, 5, direction_share=1.5)
 
 
 def test_a_quantifier_at_the_end_of_a_left_operand_is_parenthesised():

@@ -3,18 +3,21 @@
 Usage:
     python -m tools.glyph.corpus --out runs/demo/glyph/corpus
     python -m tools.glyph.corpus --out runs/x --train-triples 2000 --test-triples 200 --vocab-size 800
+    python -m tools.glyph.corpus --out runs/x --direction-share 0.25  # a quarter of the training triples: direction
 
 The atom vocabulary (tools/glyph/words.txt plus common English words) is split by group into training and held-out
 words. Training triples (anchor, paraphrase, mutation) use training words only. Every atom of a test triple holds a
 held-out word, so no test atom was ever seen by the tokenizer or the model; a test paraphrase's rename swaps a word
-for a synonym from the training groups (a synonym relation between two never-seen words could not be inferred). Every triple is checked by the canonical
-form as it is generated (a positive means the same as its anchor, a mutation does not).
+for a synonym from the training groups (a synonym relation between two never-seen words could not be inferred).
+Every triple is checked by the canonical form as it is generated (a positive means the same as its anchor, a
+mutation does not). --direction-share makes that share of the training and validation triples direction cases (the
+paraphrase mirrors a directed relation, `b ← a` for `a → b`, and the mutation flips its operator in the anchor's
+order, `a ← b`); the test triples never change with it.
 
 The out folder gets: train.jsonl, validation.jsonl (training atoms, not in the corpus) and test.jsonl (one triple
-per line: anchor, positive, negative, rewrites, mutation),
-corpus.txt (every unique training string, one per line: the MLM corpus), tokenizer/ (byte-level BPE trained on
-corpus.txt only, RoBERTa special tokens), metrics.json (counts per rewrite and mutation kind, which operators are
-single tokens) and the run record.
+per line: anchor, positive, negative, rewrites, mutation), corpus.txt (every unique training string, one per line:
+the MLM corpus), tokenizer/ (byte-level BPE trained on corpus.txt only, RoBERTa special tokens), metrics.json (counts
+per rewrite and mutation kind, direction cases, which operators are single tokens) and the run record.
 """
 
 import argparse
@@ -30,6 +33,7 @@ from tools import runs
 from tools.glyph.data import write_triples
 from tools.glyph.generate import ClaimGenerator, Lexicon
 from tools.glyph.grammar import OPERATORS
+from tools.glyph.metrics import family_labels
 from tools.glyph.tokenizer import train_tokenizer
 
 
@@ -44,6 +48,7 @@ class Config:
     vocab_size: int = 6000  # BPE vocabulary, special tokens included
     max_length: int = 256  # the tokenizer's model_max_length (the model's positions)
     seed: int = 0  # the word split and the generators (test triples use seed + 1)
+    direction_share: float = 0.0  # share of training and validation triples that are direction cases (0-1)
 
 
 def parse_config(argv):
@@ -59,12 +64,14 @@ def parse_config(argv):
         raise SystemExit("--train-triples, --validation-triples and --test-triples must be positive")
     if not 0 < config.held_out_fraction < 1:
         raise SystemExit("--held-out-fraction must be in (0, 1)")
+    if not 0 <= config.direction_share <= 1:
+        raise SystemExit("--direction-share must be in [0, 1]")
     return config
 
 
-def generate(lexicon, count, seed, desc, known=None):
-    """`count` triples with unique anchors (ClaimGenerator's lexicon and known synonyms)."""
-    generator, triples, anchors = ClaimGenerator(lexicon, seed, known), [], set()
+def generate(lexicon, count, seed, desc, known=None, direction_share=0.0):
+    """`count` triples with unique anchors (ClaimGenerator's lexicon, known synonyms and direction share)."""
+    generator, triples, anchors = ClaimGenerator(lexicon, seed, known, direction_share), [], set()
     with tqdm(total=count, desc=desc, unit="triple") as bar:
         while len(triples) < count:
             triple = generator.triple()
@@ -87,6 +94,12 @@ def held_out_triples(config, words=None):
     return generate(test_words, config.test_triples, config.seed + 1, "test triples", known=train_words)
 
 
+def direction_cases(triples):
+    """{"<family> mirrored": count} of the direction cases among `triples` (metrics.family_labels)."""
+    labels = family_labels([dataclasses.asdict(triple) for triple in triples])
+    return dict(Counter(label for label in labels if label.endswith(" mirrored")).most_common())
+
+
 def operator_token_counts(tokenizer):
     """{operator: how many tokens it takes written alone} for every operator symbol."""
     return {op: len(tokenizer.tokenize(op)) for op in OPERATORS}
@@ -99,7 +112,8 @@ def main(argv=None):
         return 0
     train_words, test_words = word_split(config)
     with runs.RunRecord(config.out, config, "glyph.corpus"):
-        train = generate(train_words, config.train_triples + config.validation_triples, config.seed, "train triples")
+        train = generate(train_words, config.train_triples + config.validation_triples, config.seed, "train triples",
+                         direction_share=config.direction_share)
         train, validation = train[:config.train_triples], train[config.train_triples:]
         test = held_out_triples(config, (train_words, test_words))
         write_triples(config.out / "train.jsonl", train)
@@ -122,6 +136,7 @@ def main(argv=None):
                          for name, rows in (("train", train), ("test", test))},
             "mutations": {name: dict(Counter(t.mutation for t in rows).most_common())
                           for name, rows in (("train", train), ("test", test))},
+            "direction_cases": {name: direction_cases(rows) for name, rows in (("train", train), ("test", test))},
             "tokenizer": {"vocab_size": len(tokenizer), "max_tokens": max(lengths),
                           "mean_tokens": round(sum(lengths) / len(lengths), 2),
                           "single_token_operators": sum(count == 1 for count in operators.values()),

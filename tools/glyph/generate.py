@@ -26,6 +26,7 @@ from tools.glyph.grammar import (
     Post,
     Quant,
     canonical,
+    mirror_against_flip,
     mutations,
     random_edit,
     rewrites,
@@ -120,10 +121,16 @@ class ClaimGenerator:
     lexicon: the words atoms are made of. known: the synonym groups renames draw on (default: lexicon). For held-out
     atoms, known is the training lexicon: every atom is new (it holds a held-out word), but a rename swaps a word for
     a synonym the model was trained on, since a synonym relation between two never-seen words cannot be inferred.
+    direction_share: the share of triples that are direction cases (grammar.mirror_against_flip: the paraphrase
+    mirrors a directed relation, the mutation flips its operator in the anchor's order); 0 draws none and leaves the
+    random stream as it was before the option existed.
     """
 
-    def __init__(self, lexicon: Lexicon, seed: int, known: Lexicon | None = None):
+    def __init__(self, lexicon: Lexicon, seed: int, known: Lexicon | None = None, direction_share: float = 0.0):
+        if not 0 <= direction_share <= 1:
+            raise ValueError(f"direction_share must be within [0, 1], got {direction_share}")
         self.lexicon, self.known, self.rng = lexicon, known or lexicon, random.Random(seed)
+        self.direction_share = direction_share
         self.synonyms = {**self.lexicon.synonyms, **self.known.synonyms}  # meaning is decided over all the words
 
     def atoms(self, count: int) -> list[Atom]:
@@ -188,22 +195,31 @@ class ClaimGenerator:
 
         The paraphrase renames one atom word to a known synonym and applies one or two other rewrites, so it is further
         from the anchor on the surface than the mutation is (character 3-gram Jaccard scores near 0 on the triples):
-        only meaning can tell them apart.
+        only meaning can tell them apart. A direction case (direction_share of the triples) mirrors one directed
+        relation and renames a word; its mutation flips that relation's operator in place.
         """
+        direction = self.direction_share > 0 and self.rng.random() < self.direction_share
         while True:
             anchor = self.claim()
             key = canonical(anchor, self.synonyms)
-            renames = [edit for edit in rewrites(anchor, self.known.synonym_groups) if edit[0] == "rename"]
+            case = None  # or (family, mirrored, flipped) of a direction case
+            if direction:
+                cases = mirror_against_flip(anchor)
+                if not cases:  # no directed relation in this claim
+                    continue
+                case = self.rng.choice(cases)
+            start = anchor if case is None else case[1]
+            renames = [edit for edit in rewrites(start, self.known.synonym_groups) if edit[0] == "rename"]
             if not renames:  # a quantified rule may leave the renamable atom out
                 continue
             kind, positive = random_edit(renames, self.rng)
-            kinds = [kind]
-            for _ in range(self.rng.choice((1, 2))):
+            kinds = [kind] if case is None else ["mirror", kind]
+            for _ in range(self.rng.choice((1, 2)) if case is None else 0):
                 kind, positive = random_edit([edit for edit in rewrites(positive) if edit[0] != "rename"], self.rng)
                 kinds.append(kind)
             if canonical(positive, self.synonyms) != key:
                 raise AssertionError(f"a rewrite changed the meaning: {to_text(anchor)} -> {to_text(positive)}")
-            family, negative = random_edit(mutations(anchor), self.rng)
+            family, negative = random_edit(mutations(anchor), self.rng) if case is None else case[::2]
             if canonical(negative, self.synonyms) == key:
                 raise AssertionError(f"a mutation kept the meaning: {to_text(anchor)} -> {to_text(negative)}")
             return Triple(self.text(anchor), self.text(positive), self.text(negative), tuple(kinds), family)

@@ -401,6 +401,39 @@ def mutations(tree: Node) -> list[Edit]:
     return _unique(edits)
 
 
+def mirror_against_flip(tree: Node) -> list[tuple[str, Node, Node]]:
+    """The direction cases of `tree`, one per directed relation (an operator with a mirror): (its family, the tree
+    with that relation mirrored: operands swapped, operator mirrored, the same meaning; the tree with its operator
+    flipped in place: the anchor's atom order, another meaning). A reader that follows the atoms' surface order puts
+    the flip closer to the anchor than the mirror."""
+    return [(_family(node.op), put(Binary(MIRROR[node.op], node.right, node.left)),
+             put(Binary(INVERSE[node.op], node.left, node.right)))
+            for node, _, put in _sites(tree) if isinstance(node, Binary) and node.op in MIRROR]
+
+
+def _shape(node: Node) -> Node:
+    """The tree with every atom name blanked (what a rename leaves unchanged)."""
+    match node:
+        case Atom():
+            return Atom("")
+        case Not(operand):
+            return Not(_shape(operand))
+        case Post(op, operand):
+            return Post(op, _shape(operand))
+        case Quant(op, var, body):
+            return Quant(op, var, _shape(body))
+        case Binary(op, left, right):
+            return Binary(op, _shape(left), _shape(right))
+    return node
+
+
+def is_mirror_against_flip(anchor: Node, positive: Node, negative: Node) -> bool:
+    """Whether a triple is a direction case (mirror_against_flip): the negative flips one directed relation of the
+    anchor in place, and the positive mirrors that same relation (up to renamed atoms)."""
+    return any(flipped == negative and _shape(mirrored) == _shape(positive)
+               for _, mirrored, flipped in mirror_against_flip(anchor))
+
+
 def _family(op: str) -> str:
     return next(f"{a}/{b}" for a, b in INVERSE_PAIRS if op in (a, b))
 

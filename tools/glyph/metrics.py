@@ -7,6 +7,8 @@ from collections import defaultdict
 
 import numpy as np
 
+from tools.glyph.grammar import is_mirror_against_flip, parse
+
 
 def win_rates(positive_similarity, negative_similarity, families):
     """{"win_rate": overall, "families": {family: {"win_rate", "triples"}}}; a tie is a loss."""
@@ -17,6 +19,16 @@ def win_rates(positive_similarity, negative_similarity, families):
     return {"win_rate": float(wins.mean()),
             "families": {family: {"win_rate": float(np.mean(hits)), "triples": len(hits)}
                          for family, hits in sorted(grouped.items())}}
+
+
+def family_labels(triples):
+    """Each triple's row of the per-family tables: its mutation family, and "<family> mirrored" for a direction case
+    (grammar.is_mirror_against_flip: the paraphrase mirrors the relation whose operator the mutation flips)."""
+    labels = []
+    for t in triples:
+        anchor, positive, negative = (parse(t[key]) for key in ("anchor", "positive", "negative"))
+        labels.append(t["mutation"] + (" mirrored" if is_mirror_against_flip(anchor, positive, negative) else ""))
+    return labels
 
 
 def mrr_at_10(similarity):
@@ -40,7 +52,7 @@ def jaccard(a, b):
 def score_embeddings(embed, triples, retrieval_queries):
     """Score an `embed(list_of_str) -> (N, D) L2-normalised` function."""
     anchors, positives, negatives = (embed([t[key] for t in triples]) for key in ("anchor", "positive", "negative"))
-    scores = win_rates((anchors * positives).sum(1), (anchors * negatives).sum(1), [t["mutation"] for t in triples])
+    scores = win_rates((anchors * positives).sum(1), (anchors * negatives).sum(1), family_labels(triples))
     n = min(retrieval_queries, len(triples))
     scores["mrr_at_10"] = mrr_at_10(anchors[:n] @ np.concatenate([positives[:n], negatives[:n]]).T)
     scores["retrieval_gallery"] = 2 * n
@@ -51,7 +63,7 @@ def score_jaccard(triples, retrieval_queries):
     grams = {key: [trigrams(t[key]) for t in triples] for key in ("anchor", "positive", "negative")}
     scores = win_rates([jaccard(a, p) for a, p in zip(grams["anchor"], grams["positive"])],
                        [jaccard(a, n) for a, n in zip(grams["anchor"], grams["negative"])],
-                       [t["mutation"] for t in triples])
+                       family_labels(triples))
     n = min(retrieval_queries, len(triples))
     gallery = grams["positive"][:n] + grams["negative"][:n]
     similarity = np.array([[jaccard(a, item) for item in gallery] for a in grams["anchor"][:n]])
