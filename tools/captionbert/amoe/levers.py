@@ -41,6 +41,8 @@ LEVERS = {  # name: (lever, what it changes against today's recipe, its solo opt
     "equiv": ("2 pair arms", "SNLI entailment, its contradiction as the hard negative, 480 steps",
               ["--data", "equiv", "--steps", "480"]),
     "teacher-lr3e-3": ("3 optimisation", "learning rate 3e-3", [*RECIPE, "--learning-rate", "3e-3"]),
+    "teacher-gate0": ("3 optimisation", "every gate logit at 0 (sigmoid .5) instead of -3 (.047)",
+                      [*RECIPE, "--gate-init", "0"]),
     "teacher-relational10": ("3 optimisation", "+ 10 x MSE of the batch's cosine matrices",
                              [*RECIPE, "--relational-weight", "10"]),
     "teacher-1920": ("3 optimisation", "twice the steps (twice the minutes)",
