@@ -1,5 +1,6 @@
 """The glyph grammar's promises: printing round-trips, rewrites keep the canonical form, mutations change it."""
 
+import random
 import re
 
 import pytest
@@ -47,6 +48,19 @@ claims = st.integers(0, 2**32 - 1).map(lambda seed: ClaimGenerator(LEXICON, seed
 @given(trees, st.booleans())
 def test_parse_of_print_is_identity(tree, spaced):
     assert parse(to_text(tree, spaced)) == tree
+
+
+@given(trees, st.integers(0, 2**32 - 1))
+def test_a_hand_varied_surface_parses_to_the_same_tree(tree, seed):
+    assert parse(to_text(tree, hand=random.Random(seed))) == tree
+
+
+def test_a_hand_varied_surface_varies_spaces_and_parentheses():
+    tree = parse("a ∧ ¬b ⇒ c↑ ∨ d")
+    surfaces = {to_text(tree, hand=random.Random(seed)) for seed in range(200)}
+    assert to_text(tree) == "a∧¬b ⇒ c↑∨d" and len(surfaces) > 50
+    assert any(" ∧ " in text for text in surfaces) and any("⇒c" in text for text in surfaces)  # any operator, or none
+    assert any("(a)" in text or "¬(b)" in text for text in surfaces)  # parentheses it does not need
 
 
 @given(trees)
@@ -185,6 +199,20 @@ def test_the_direction_share_of_the_generator(share):
     assert sum(cases) / len(cases) < 0.1 if share == 0 else drawn <= sum(cases) / len(cases)
     with pytest.raises(ValueError, match="direction_share"):
         ClaimGenerator(LEXICON, 5, direction_share=1.5)
+
+
+def test_the_hand_share_of_the_generator():
+    house = [ClaimGenerator(LEXICON, 5).triple() for _ in range(100)]
+    assert [ClaimGenerator(LEXICON, 5, hand_share=0.0).triple() for _ in range(100)] == house  # the same stream
+    hand = [ClaimGenerator(LEXICON, 5, hand_share=1.0).triple() for _ in range(100)]
+    spaced_terms = re.compile(r" [∧∨≡≠⊃⊂≥≤∈∉⊕⊖] ")  # the house styles never space a term operator
+    assert not any(spaced_terms.search(text) for t in house for text in (t.anchor, t.positive, t.negative))
+    assert sum(bool(spaced_terms.search(t.anchor)) for t in hand) > 30
+    for triple in hand:
+        assert same_meaning(triple.anchor, triple.positive, LEXICON.synonyms)
+        assert not same_meaning(triple.anchor, triple.negative, LEXICON.synonyms)
+    with pytest.raises(ValueError, match="hand_share"):
+        ClaimGenerator(LEXICON, 5, hand_share=-0.1)
 
 
 def test_a_quantifier_at_the_end_of_a_left_operand_is_parenthesised():

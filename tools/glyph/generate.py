@@ -123,14 +123,18 @@ class ClaimGenerator:
     a synonym the model was trained on, since a synonym relation between two never-seen words cannot be inferred.
     direction_share: the share of triples that are direction cases (grammar.mirror_against_flip: the paraphrase
     mirrors a directed relation, the mutation flips its operator in the anchor's order); 0 draws none and leaves the
-    random stream as it was before the option existed.
+    random stream as it was before the option existed. hand_share: the share of triples whose three strings are each
+    printed with a surface as people vary it (grammar.to_text's hand: spaces beside any operator, spare parentheses)
+    instead of the two house styles; 0 likewise leaves the stream as it was.
     """
 
-    def __init__(self, lexicon: Lexicon, seed: int, known: Lexicon | None = None, direction_share: float = 0.0):
-        if not 0 <= direction_share <= 1:
-            raise ValueError(f"direction_share must be within [0, 1], got {direction_share}")
+    def __init__(self, lexicon: Lexicon, seed: int, known: Lexicon | None = None, direction_share: float = 0.0,
+                 hand_share: float = 0.0):
+        for name, share in (("direction_share", direction_share), ("hand_share", hand_share)):
+            if not 0 <= share <= 1:
+                raise ValueError(f"{name} must be within [0, 1], got {share}")
         self.lexicon, self.known, self.rng = lexicon, known or lexicon, random.Random(seed)
-        self.direction_share = direction_share
+        self.direction_share, self.hand_share = direction_share, hand_share
         self.synonyms = {**self.lexicon.synonyms, **self.known.synonyms}  # meaning is decided over all the words
 
     def atoms(self, count: int) -> list[Atom]:
@@ -186,9 +190,10 @@ class ClaimGenerator:
         cut = self.rng.randint(1, len(atoms) - 1)
         return Binary(self.rng.choice(CHAIN_OPS), self.side(atoms[:cut]), self.side(atoms[cut:]))
 
-    def text(self, node: Node) -> str:
-        """Print with a random spacing style (white space carries no meaning, so it must not be a cue)."""
-        return to_text(node, spaced=self.rng.random() < 0.7)
+    def text(self, node: Node, hand: bool) -> str:
+        """Print with a random spacing style (white space carries no meaning, so it must not be a cue); hand: with a
+        surface as people vary it."""
+        return to_text(node, hand=self.rng) if hand else to_text(node, spaced=self.rng.random() < 0.7)
 
     def triple(self) -> Triple:
         """An anchor, a paraphrase of it and a one-edit mutation of it, all checked by the canonical form.
@@ -199,6 +204,7 @@ class ClaimGenerator:
         relation and renames a word; its mutation flips that relation's operator in place.
         """
         direction = self.direction_share > 0 and self.rng.random() < self.direction_share
+        hand = self.hand_share > 0 and self.rng.random() < self.hand_share
         while True:
             anchor = self.claim()
             key = canonical(anchor, self.synonyms)
@@ -222,4 +228,5 @@ class ClaimGenerator:
             family, negative = random_edit(mutations(anchor), self.rng) if case is None else case[::2]
             if canonical(negative, self.synonyms) == key:
                 raise AssertionError(f"a mutation kept the meaning: {to_text(anchor)} -> {to_text(negative)}")
-            return Triple(self.text(anchor), self.text(positive), self.text(negative), tuple(kinds), family)
+            return Triple(self.text(anchor, hand), self.text(positive, hand), self.text(negative, hand), tuple(kinds),
+                          family)

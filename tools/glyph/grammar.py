@@ -56,6 +56,7 @@ INVERSE_PAIRS = (
 )
 INVERSE = {a: b for a, b in INVERSE_PAIRS} | {b: a for a, b in INVERSE_PAIRS}
 OPERATORS = BINARY + POSTFIX + QUANTIFIERS + (NOT, BOTTOM)  # every operator symbol of the notation
+HAND_GAP, HAND_BRACKETS = 0.5, 0.1  # to_text(hand=...): the chance of a space beside an operator, of spare parentheses
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -228,34 +229,41 @@ def _ends_in_quantifier(node: Node) -> bool:
     return False
 
 
-def to_text(node: Node, spaced: bool = True) -> str:
+def to_text(node: Node, spaced: bool = True, hand: random.Random | None = None) -> str:
     """Print with the fewest parentheses that parse back to the same tree.
 
     spaced=True puts spaces around the loosest operators (implication and causal arrows), as written by hand
-    (`a⊕b ⇒ c`); spaced=False prints no spaces at all.
+    (`a⊕b ⇒ c`); spaced=False prints no spaces at all. hand: a random stream for a surface as people vary it instead
+    (`a ⊕ (b) ⇒c`): each binary operator is spaced on each side at random (HAND_GAP) and each operand gets a pair of
+    parentheses it does not need with probability HAND_BRACKETS. Every surface parses back to the same tree.
     """
+
+    def group(text: str, needed: bool) -> str:
+        return f"({text})" if needed or (hand is not None and hand.random() < HAND_BRACKETS) else text
+
+    def gap(default: bool) -> str:
+        return " " if (hand.random() < HAND_GAP if hand is not None else default) else ""
+
     match node:
         case Atom(name):
             return name
         case Bottom():
             return BOTTOM
         case Not(operand):
-            inner = to_text(operand, spaced)
-            return NOT + (inner if isinstance(operand, (Atom, Bottom, Not, Post)) else f"({inner})")
+            inner = to_text(operand, spaced, hand)
+            return NOT + group(inner, not isinstance(operand, (Atom, Bottom, Not, Post)))
         case Post(op, operand):
-            inner = to_text(operand, spaced)
-            return (inner if isinstance(operand, (Atom, Bottom, Post)) else f"({inner})") + op
+            inner = to_text(operand, spaced, hand)
+            return group(inner, not isinstance(operand, (Atom, Bottom, Post))) + op
         case Quant(op, var, body):
-            return f"{op}{var}: {to_text(body, spaced)}" if spaced else f"{op}{var}:{to_text(body, spaced)}"
+            return f"{op}{var}:{gap(spaced)}{to_text(body, spaced, hand)}"
         case Binary(op, left, right):
             level = LEVEL[op]
-            left_text, right_text = to_text(left, spaced), to_text(right, spaced)
-            if _ends_in_quantifier(left) or (isinstance(left, Binary) and LEVEL[left.op] < level):
-                left_text = f"({left_text})"  # a quantifier's body would swallow what follows
-            if isinstance(right, Binary) and LEVEL[right.op] <= level:
-                right_text = f"({right_text})"
-            gap = " " if spaced and level == 0 else ""
-            return f"{left_text}{gap}{op}{gap}{right_text}"
+            left_text, right_text = to_text(left, spaced, hand), to_text(right, spaced, hand)
+            looser = isinstance(left, Binary) and LEVEL[left.op] < level
+            left_text = group(left_text, _ends_in_quantifier(left) or looser)  # a quantifier's body swallows the rest
+            right_text = group(right_text, isinstance(right, Binary) and LEVEL[right.op] <= level)
+            return f"{left_text}{gap(spaced and level == 0)}{op}{gap(spaced and level == 0)}{right_text}"
     raise TypeError(f"not a glyph node: {node!r}")
 
 
