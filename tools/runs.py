@@ -162,6 +162,14 @@ class RunRecord:
         return False
 
 
+def run_tool(module, *args):
+    """Run `python -m module args` (one of this repo's tools, from any working directory); a failure stops the caller
+    with the command it ran."""
+    command = [sys.executable, "-m", module, *map(str, args)]
+    if subprocess.run(command, env={**os.environ, "PYTHONPATH": str(ROOT)}).returncode != 0:
+        raise SystemExit(f"failed: python -m {' '.join(command[2:])}")
+
+
 def run_isolated(script, *args, payload=None):
     """Run the Python `script` with `args` in a fresh interpreter whose working directory is a temporary folder and
     whose environment has no PYTHONPATH, so that only installed packages and the folders named in args are used (the

@@ -246,3 +246,29 @@ def test_export_refuses_an_evaluation_of_other_weights(tmp_path, corpus, trained
     with pytest.raises(SystemExit, match="scored other weights"):
         glyph_export.main(["--corpus", str(corpus), "--train", str(trained), "--eval", str(evaluation),
                            "--out", str(tmp_path / "export"), "--to", str(tmp_path / "hub")])
+
+
+def test_levers_score_every_lever_on_the_same_three_sets(tmp_path, monkeypatch):
+    from tools.glyph import levers
+
+    monkeypatch.setattr(levers, "LEVERS", {"recipe": ("recipe", "tiny", list(map(str, TINY_CORPUS))),
+                                           "hand50": ("2 surface", "hand", ["--hand-share", "0.5"])})
+    monkeypatch.setattr(levers, "CROSSCHECK", ["--triples", "60"])
+    out = tmp_path / "levers"
+    args = ["--out", str(out), *map(str, TINY_MODEL)]
+    assert levers.main(args) == 0
+    record = json.loads((out / "levers.json").read_text())
+    assert record["complete"] and [row["name"] for row in record["rows"]] == ["recipe", "hand50"]
+    assert json.loads((out / "hand50" / "corpus" / "config.json").read_text())["hand_share"] == 0.5
+    assert json.loads((out / "hand50" / "corpus" / "config.json").read_text())["train_triples"] == 600
+    sizes = {"validation": 60, "a": 300, "b": 60}  # every lever scored on the same sets
+    for row in record["rows"]:
+        for key, triples in sizes.items():
+            evaluation = json.loads((out / row["name"] / f"eval-{key}" / "metrics.json").read_text())
+            assert evaluation["test_triples"] == triples
+            assert row[key]["win_rate"] == evaluation["rows"][row["name"]]["win_rate"]
+            assert row[key]["weakest_family"]["win_rate"] <= row[key]["win_rate"]
+
+    finished = {p: p.stat().st_mtime_ns for p in out.glob("*/*/metrics.json")}
+    assert levers.main(args) == 0  # the same command again trains and scores nothing
+    assert {p: p.stat().st_mtime_ns for p in out.glob("*/*/metrics.json")} == finished

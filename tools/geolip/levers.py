@@ -17,8 +17,6 @@ segment, and the segment mean and the blend of every segment size the levers use
 """
 
 import argparse
-import os
-import subprocess
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -74,11 +72,6 @@ def lever_row(name, steps, train, evaluation, readers):
                          for key in MEASURES if None not in (memory[key], row[key]) and memory[key] <= row[key]]}
 
 
-def run(command):
-    if subprocess.run([sys.executable, "-m", *command], env={**os.environ, "PYTHONPATH": str(runs.ROOT)}).returncode:
-        raise SystemExit(f"failed: python -m {' '.join(command)}")
-
-
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter,
                                      allow_abbrev=False)  # else train's --teacher passes for --teacher-cache
@@ -92,11 +85,11 @@ def main(argv=None):
         for name in config.only:
             options = [*LEVERS[name][2], *config.training_options]
             print(f"lever {name}: train {' '.join(options)}")
-            run(["tools.geolip.train", "--out", str(config.out / name), "--teacher-cache", str(config.teacher_cache),
-                 *options])
+            runs.run_tool("tools.geolip.train", "--out", config.out / name, "--teacher-cache", config.teacher_cache,
+                          *options)
             evaluation = config.out / f"{name}-eval"
             if not (evaluation / "metrics.json").is_file():
-                run(["tools.geolip.evaluate", "--train", str(config.out / name), "--out", str(evaluation)])
+                runs.run_tool("tools.geolip.evaluate", "--train", config.out / name, "--out", evaluation)
             finished[name] = (runs.read_json(config.out / name / "config.json")["steps"],
                               runs.read_json(config.out / name / "metrics.json"),
                               runs.read_json(evaluation / "metrics.json"))

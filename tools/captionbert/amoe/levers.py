@@ -18,8 +18,6 @@ every lever named ran; export --levers puts their table on the card).
 """
 
 import argparse
-import os
-import subprocess
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -126,11 +124,9 @@ def main(argv=None):
             _, _, options = LEVERS[name]
             options = [option.format(extract=config.extract, align=config.align) for option in options]
             print(f"lever {name}: solo {' '.join(options)}")
-            command = [sys.executable, "-m", "tools.captionbert.amoe.train", "solo", *options, "--seed", "0",
-                       "--model", str(config.model), "--data-dir", str(config.data_dir), "--tasks", *config.tasks,
-                       "--validation-rows", str(config.validation_rows), "--out", str(config.out / name)]
-            if subprocess.run(command, env={**os.environ, "PYTHONPATH": str(runs.ROOT)}).returncode != 0:
-                raise SystemExit(f"lever {name}: the solo run failed ({' '.join(command[1:])})")
+            runs.run_tool("tools.captionbert.amoe.train", "solo", *options, "--seed", "0", "--model", config.model,
+                          "--data-dir", config.data_dir, "--tasks", *config.tasks,
+                          "--validation-rows", config.validation_rows, "--out", config.out / name)
             metrics = runs.read_json(config.out / name / "metrics.json")
             if metrics["trunk_hash"] != trunk["trunk_hash"]:
                 raise SystemExit(f"{config.out / name} trained on another trunk than {config.model}")

@@ -1,0 +1,111 @@
+"""Levers for glyph-embedder-v2 (issue 44): training runs that each change one thing in the training data against
+today's recipe, every one scored by tools/glyph/evaluate.py on the same three sets.
+
+Usage:
+    python -m tools.glyph.levers --out runs/levers/glyph                                   # every lever, cpu steps
+    python -m tools.glyph.levers --out runs/levers/glyph-quick --mlm-steps 200 --contrastive-steps 500  # quick steps
+    python -m tools.glyph.levers --out runs/levers/glyph --only recipe hand50
+
+The sets, the same for every lever:
+    validation  the recipe corpus's validation triples (training atoms, the house surface): levers are chosen here;
+    (a)         the recipe corpus's test triples (held-out atoms; every lever's corpus holds the same ones, checked
+                by test_sha256);
+    (b)         out/crosscheck, tools/glyph/crosscheck.py with its defaults (an independent generator): reported,
+                never chosen by.
+Each lever is a corpus (out/<name>/corpus: tools/glyph/corpus.py with the recipe's options, then the lever's own)
+and a training run on it (out/<name>/train: tools/glyph/train.py with the options after this tool's own, e.g. the
+steps, the same for every lever), then one evaluation per set (out/<name>/eval-<set>). Every part resumes and a
+finished one is skipped. out/levers.json holds one row per lever (training minutes; win rate, MRR@10 and the weakest
+family on each set), rewritten after each lever ("complete" once every lever named ran).
+"""
+
+import argparse
+import shutil
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from tools import runs
+
+LEVERS = {  # name: (lever, what it changes against today's recipe, its corpus options)
+    "recipe": ("recipe", "today's recipe: tools/glyph/corpus.py's defaults", []),
+    "direction25": ("1 direction", "a quarter of the training triples are direction cases: the paraphrase mirrors a "
+                    "directed relation, the mutation flips its operator in the anchor's order",
+                    ["--direction-share", "0.25"]),
+    "hand50": ("2 surface", "half of the training triples printed with a hand-varied surface (spaces beside any "
+               "operator or none, spare parentheses) instead of the two house styles", ["--hand-share", "0.5"]),
+}
+CROSSCHECK = []  # tools/glyph/crosscheck.py's options for set (b): its defaults
+SETS = ("validation", "a", "b")
+
+
+@dataclass
+class Config:
+    out: Path  # the levers' folder: out/<lever>/{corpus,train,eval-<set>}, out/validation, out/crosscheck
+    only: list = field(default_factory=lambda: list(LEVERS))  # the levers to run
+    training_options: list = field(default_factory=list)  # passed to every training run
+
+
+def set_row(evaluation, label):
+    """A lever's row on one set: win rate, MRR@10 and its weakest family (name, win rate, triples)."""
+    row = evaluation["rows"][label]
+    family, weakest = min(row["families"].items(), key=lambda item: item[1]["win_rate"])
+    return {"win_rate": row["win_rate"], "mrr_at_10": row["mrr_at_10"],
+            "weakest_family": {"family": family, **weakest}}
+
+
+def lever_row(name, train, evaluations):
+    lever, change, options = LEVERS[name]
+    return {"name": name, "lever": lever, "change": change, "corpus_options": options,
+            "training_minutes": round(train["mlm"]["training_minutes"] + train["contrastive"]["training_minutes"], 1),
+            **{key: set_row(evaluations[key], name) for key in SETS}}
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter,
+                                     allow_abbrev=False)
+    parser.add_argument("--out", type=Path, required=True, help="the levers' folder")
+    parser.add_argument("--only", nargs="+", choices=list(LEVERS), default=list(LEVERS), help="the levers to run")
+    known, training_options = parser.parse_known_args(argv)
+    config = Config(**vars(known), training_options=training_options)
+    recipe = config.out / "recipe" / "corpus"
+    with runs.RunRecord(config.out, config, "glyph.levers"):
+        runs.run_tool("tools.glyph.corpus", "--out", recipe, *LEVERS["recipe"][2])
+        validation = config.out / "validation"
+        if not (validation / "test.jsonl").is_file():  # evaluate reads a folder's test.jsonl
+            validation.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(recipe / "validation.jsonl", validation / "test.jsonl")
+        crosscheck = config.out / "crosscheck"
+        if not (crosscheck / "metrics.json").is_file():
+            runs.run_tool("tools.glyph.crosscheck", "--out", crosscheck, *CROSSCHECK)
+        sets = {"validation": validation, "a": recipe, "b": crosscheck}
+        test_sha256 = runs.read_json(recipe / "metrics.json")["test_sha256"]
+        rows = []
+        for name in config.only:
+            folder = config.out / name
+            print(f"lever {name}: corpus {' '.join(LEVERS[name][2]) or '(defaults)'}")
+            options = LEVERS["recipe"][2] + (LEVERS[name][2] if name != "recipe" else [])
+            runs.run_tool("tools.glyph.corpus", "--out", folder / "corpus", *options)
+            if runs.read_json(folder / "corpus" / "metrics.json")["test_sha256"] != test_sha256:
+                raise SystemExit(f"{folder / 'corpus'}: its test triples differ from the recipe's")
+            runs.run_tool("tools.glyph.train", "--corpus", folder / "corpus", "--out", folder / "train",
+                          *config.training_options)
+            evaluations = {}
+            for key, corpus in sets.items():
+                evaluation = folder / f"eval-{key}"
+                if not (evaluation / "metrics.json").is_file():
+                    runs.run_tool("tools.glyph.evaluate", "--corpus", corpus, "--out", evaluation,
+                                  "--encoder", f"{name}={folder / 'train' / 'final'}")
+                evaluations[key] = runs.read_json(evaluation / "metrics.json")
+            rows.append(lever_row(name, runs.read_json(folder / "train" / "metrics.json"), evaluations))
+            runs.write_json(config.out / "levers.json", {"rows": rows, "complete": len(rows) == len(config.only)})
+    for row in rows:
+        scores = "; ".join(f"{key} win {row[key]['win_rate']:.3f} MRR {row[key]['mrr_at_10']:.3f} (weakest "
+                           f"{row[key]['weakest_family']['family']} {row[key]['weakest_family']['win_rate']:.2f})"
+                           for key in SETS)
+        print(f"{row['name']:>12}: {row['training_minutes']:.1f} min; {scores}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
