@@ -215,6 +215,25 @@ def test_the_hand_share_of_the_generator():
         ClaimGenerator(LEXICON, 5, hand_share=-0.1)
 
 
+def test_the_decoy_share_moves_the_rename_from_the_paraphrase_to_the_mutation():
+    plain = [ClaimGenerator(LEXICON, 5).triple() for _ in range(100)]
+    assert [ClaimGenerator(LEXICON, 5, decoy_share=0.0).triple() for _ in range(100)] == plain  # the same stream
+    assert all("rename" in t.rewrites and words(t.negative) == words(t.anchor) for t in plain
+               if t.mutation != "⊥ inject")  # a changed word always told the paraphrase
+    decoys = [ClaimGenerator(LEXICON, 5, decoy_share=1.0).triple() for _ in range(100)]
+    for triple in decoys:
+        assert triple.rewrites and "rename" not in triple.rewrites and words(triple.positive) == words(triple.anchor)
+        assert words(triple.negative) != words(triple.anchor)
+        assert same_meaning(triple.anchor, triple.positive, LEXICON.synonyms)
+        assert not same_meaning(triple.anchor, triple.negative, LEXICON.synonyms)
+    with pytest.raises(ValueError, match="decoy_share"):
+        ClaimGenerator(LEXICON, 5, decoy_share=2.0)
+
+
+def words(text):
+    return sorted(re.findall(r"[a-z][a-z0-9_]*", text))
+
+
 def test_a_quantifier_at_the_end_of_a_left_operand_is_parenthesised():
     # found by test_parse_of_print_is_identity: ⊥→∀x:⊥→⊥ reads the quantifier's body as ⊥→⊥
     tree = Binary("→", Binary("→", Bottom(), Quant("∀", "x", Bottom())), Bottom())

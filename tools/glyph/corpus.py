@@ -5,6 +5,7 @@ Usage:
     python -m tools.glyph.corpus --out runs/x --train-triples 2000 --test-triples 200 --vocab-size 800
     python -m tools.glyph.corpus --out runs/x --direction-share 0.25  # a quarter of the training triples: direction
     python -m tools.glyph.corpus --out runs/x --hand-share 0.5  # half of them printed as people vary the surface
+    python -m tools.glyph.corpus --out runs/x --decoy-share 0.5  # half: the mutation renames, not the paraphrase
 
 The atom vocabulary (tools/glyph/words.txt plus common English words) is split by group into training and held-out
 words. Training triples (anchor, paraphrase, mutation) use training words only. Every atom of a test triple holds a
@@ -14,8 +15,9 @@ Every triple is checked by the canonical form as it is generated (a positive mea
 mutation does not). --direction-share makes that share of the training and validation triples direction cases (the
 paraphrase mirrors a directed relation, `b ← a` for `a → b`, and the mutation flips its operator in the anchor's
 order, `a ← b`); --hand-share prints that share of them with a surface as people vary it (a space on either side of
-any operator or none, spare parentheses: grammar.to_text's hand) instead of the two house styles. The test triples
-never change with either.
+any operator or none, spare parentheses: grammar.to_text's hand) instead of the two house styles; --decoy-share
+moves that share's rename from the paraphrase (then made of structural rewrites only) to the mutation, so that a
+changed atom word does not tell the paraphrase. The test triples never change with any of them.
 
 The out folder gets: train.jsonl, validation.jsonl (training atoms, not in the corpus) and test.jsonl (one triple
 per line: anchor, positive, negative, rewrites, mutation), corpus.txt (every unique training string, one per line:
@@ -53,6 +55,7 @@ class Config:
     seed: int = 0  # the word split and the generators (test triples use seed + 1)
     direction_share: float = 0.0  # share of training and validation triples that are direction cases (0-1)
     hand_share: float = 0.0  # share of training and validation triples printed with a hand-varied surface (0-1)
+    decoy_share: float = 0.0  # share of training and validation triples whose mutation renames, not the paraphrase
 
 
 def parse_config(argv):
@@ -68,15 +71,15 @@ def parse_config(argv):
         raise SystemExit("--train-triples, --validation-triples and --test-triples must be positive")
     if not 0 < config.held_out_fraction < 1:
         raise SystemExit("--held-out-fraction must be in (0, 1)")
-    for name in ("direction_share", "hand_share"):
+    for name in ("direction_share", "hand_share", "decoy_share"):
         if not 0 <= getattr(config, name) <= 1:
             raise SystemExit(f"--{name.replace('_', '-')} must be in [0, 1]")
     return config
 
 
-def generate(lexicon, count, seed, desc, known=None, direction_share=0.0, hand_share=0.0):
-    """`count` triples with unique anchors (ClaimGenerator's lexicon, known synonyms, direction and hand shares)."""
-    generator, triples, anchors = ClaimGenerator(lexicon, seed, known, direction_share, hand_share), [], set()
+def generate(lexicon, count, seed, desc, known=None, **shares):
+    """`count` triples with unique anchors (ClaimGenerator's lexicon, known synonyms and shares)."""
+    generator, triples, anchors = ClaimGenerator(lexicon, seed, known, **shares), [], set()
     with tqdm(total=count, desc=desc, unit="triple") as bar:
         while len(triples) < count:
             triple = generator.triple()
@@ -118,7 +121,8 @@ def main(argv=None):
     train_words, test_words = word_split(config)
     with runs.RunRecord(config.out, config, "glyph.corpus"):
         train = generate(train_words, config.train_triples + config.validation_triples, config.seed, "train triples",
-                         direction_share=config.direction_share, hand_share=config.hand_share)
+                         direction_share=config.direction_share, hand_share=config.hand_share,
+                         decoy_share=config.decoy_share)
         train, validation = train[:config.train_triples], train[config.train_triples:]
         test = held_out_triples(config, (train_words, test_words))
         write_triples(config.out / "train.jsonl", train)

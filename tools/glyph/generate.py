@@ -125,16 +125,19 @@ class ClaimGenerator:
     mirrors a directed relation, the mutation flips its operator in the anchor's order); 0 draws none and leaves the
     random stream as it was before the option existed. hand_share: the share of triples whose three strings are each
     printed with a surface as people vary it (grammar.to_text's hand: spaces beside any operator, spare parentheses)
-    instead of the two house styles; 0 likewise leaves the stream as it was.
+    instead of the two house styles; 0 likewise leaves the stream as it was. decoy_share: the share of triples (direction
+    cases aside) whose rename is a decoy: the paraphrase keeps every atom word (structural rewrites only) and the
+    mutation renames one, so that a changed atom word does not tell the paraphrase; 0 leaves the stream as it was.
     """
 
     def __init__(self, lexicon: Lexicon, seed: int, known: Lexicon | None = None, direction_share: float = 0.0,
-                 hand_share: float = 0.0):
-        for name, share in (("direction_share", direction_share), ("hand_share", hand_share)):
+                 hand_share: float = 0.0, decoy_share: float = 0.0):
+        for name, share in (("direction_share", direction_share), ("hand_share", hand_share),
+                            ("decoy_share", decoy_share)):
             if not 0 <= share <= 1:
                 raise ValueError(f"{name} must be within [0, 1], got {share}")
         self.lexicon, self.known, self.rng = lexicon, known or lexicon, random.Random(seed)
-        self.direction_share, self.hand_share = direction_share, hand_share
+        self.direction_share, self.hand_share, self.decoy_share = direction_share, hand_share, decoy_share
         self.synonyms = {**self.lexicon.synonyms, **self.known.synonyms}  # meaning is decided over all the words
 
     def atoms(self, count: int) -> list[Atom]:
@@ -201,10 +204,12 @@ class ClaimGenerator:
         The paraphrase renames one atom word to a known synonym and applies one or two other rewrites, so it is further
         from the anchor on the surface than the mutation is (character 3-gram Jaccard scores near 0 on the triples):
         only meaning can tell them apart. A direction case (direction_share of the triples) mirrors one directed
-        relation and renames a word; its mutation flips that relation's operator in place.
+        relation and renames a word; its mutation flips that relation's operator in place. A decoy (decoy_share of the
+        others) gives the rename to the mutation instead, and the paraphrase is one or two structural rewrites.
         """
         direction = self.direction_share > 0 and self.rng.random() < self.direction_share
         hand = self.hand_share > 0 and self.rng.random() < self.hand_share
+        decoy = not direction and self.decoy_share > 0 and self.rng.random() < self.decoy_share
         while True:
             anchor = self.claim()
             key = canonical(anchor, self.synonyms)
@@ -218,14 +223,22 @@ class ClaimGenerator:
             renames = [edit for edit in rewrites(start, self.known.synonym_groups) if edit[0] == "rename"]
             if not renames:  # a quantified rule may leave the renamable atom out
                 continue
-            kind, positive = random_edit(renames, self.rng)
-            kinds = [kind] if case is None else ["mirror", kind]
+            if decoy:  # the rename goes to the mutation below
+                positive, kinds = start, []
+            else:
+                kind, positive = random_edit(renames, self.rng)
+                kinds = [kind] if case is None else ["mirror", kind]
             for _ in range(self.rng.choice((1, 2)) if case is None else 0):
                 kind, positive = random_edit([edit for edit in rewrites(positive) if edit[0] != "rename"], self.rng)
                 kinds.append(kind)
             if canonical(positive, self.synonyms) != key:
                 raise AssertionError(f"a rewrite changed the meaning: {to_text(anchor)} -> {to_text(positive)}")
             family, negative = random_edit(mutations(anchor), self.rng) if case is None else case[::2]
+            if decoy:
+                renames = [edit for edit in rewrites(negative, self.known.synonym_groups) if edit[0] == "rename"]
+                if not renames:  # the mutation replaced the renamable atom (⊥ inject)
+                    continue
+                negative = random_edit(renames, self.rng)[1]
             if canonical(negative, self.synonyms) == key:
                 raise AssertionError(f"a mutation kept the meaning: {to_text(anchor)} -> {to_text(negative)}")
             return Triple(self.text(anchor, hand), self.text(positive, hand), self.text(negative, hand), tuple(kinds),

@@ -34,6 +34,9 @@ LEVERS = {  # name: (lever, what it changes against today's recipe, its corpus o
                     ["--direction-share", "0.25"]),
     "hand50": ("2 surface", "half of the training triples printed with a hand-varied surface (spaces beside any "
                "operator or none, spare parentheses) instead of the two house styles", ["--hand-share", "0.5"]),
+    "decoy50": ("3 mutation mix", "half of the training triples move the rename from the paraphrase (then structural "
+                "rewrites only) to the mutation: a changed atom word no longer tells the paraphrase",
+                ["--decoy-share", "0.5"]),
 }
 CROSSCHECK = []  # tools/glyph/crosscheck.py's options for set (b): its defaults
 SETS = ("validation", "a", "b")
