@@ -125,9 +125,10 @@ class ClaimGenerator:
     mirrors a directed relation, the mutation flips its operator in the anchor's order); 0 draws none and leaves the
     random stream as it was before the option existed. hand_share: the share of triples whose three strings are each
     printed with a surface as people vary it (grammar.to_text's hand: spaces beside any operator, spare parentheses)
-    instead of the two house styles; 0 likewise leaves the stream as it was. decoy_share: the share of triples (direction
-    cases aside) whose rename is a decoy: the paraphrase keeps every atom word (structural rewrites only) and the
-    mutation renames one, so that a changed atom word does not tell the paraphrase; 0 leaves the stream as it was.
+    instead of the two house styles; 0 likewise leaves the stream as it was. decoy_share: the share of triples
+    (direction cases aside) whose rename is a decoy: the paraphrase keeps every atom word (structural rewrites only)
+    and the mutation renames one, so that a changed atom word does not tell the paraphrase; 0 leaves the stream as it
+    was.
     """
 
     def __init__(self, lexicon: Lexicon, seed: int, known: Lexicon | None = None, direction_share: float = 0.0,
