@@ -11,7 +11,7 @@ import pytest
 from tools import runs
 from tools.glyph import crosscheck, evaluate
 from tools.glyph.data import read_triples
-from tools.glyph.generate import Lexicon
+from tools.glyph.generate import ClaimGenerator, Lexicon
 from tools.glyph.grammar import (
     INVERSE,
     INVERSE_PAIRS,
@@ -82,6 +82,21 @@ def test_atoms_avoid_the_training_vocabulary(made, data_dir):
     assert not words & {"x", "y", "z"}
     caption_words = set(re.findall(r"[a-z]+", " ".join(crosscheck.caption_texts(data_dir))))
     assert words <= caption_words  # every atom word is a word of the captions
+
+
+def test_the_varied_training_atoms_avoid_every_caption_word(data_dir):
+    """The varied-atoms lever (corpus --varied-share) adds made-up words to training: none may be a word (b) could
+    draw, so (b) still shares no atom word with training."""
+    train_words, _ = Lexicon.load(extra_words=8000).split(0.2, 0)
+    generator = ClaimGenerator(train_words, 0, varied_share=1.0)
+    made_up = set()
+    for _ in range(2000):
+        triple = generator.triple()
+        made_up |= {word for text in (triple.anchor, triple.negative) for name in atoms(text)
+                    for word in name.split("_") if word.isalpha() and word not in VOCABULARY}
+    assert len(made_up) > 500
+    caption_words = set(re.findall(r"[a-z]+", " ".join(crosscheck.caption_texts(data_dir))))
+    assert not made_up & caption_words, sorted(made_up & caption_words)[:10]
 
 
 def test_paraphrases_keep_and_mutations_change_the_meaning(made):

@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tools.glyph.generate import ClaimGenerator, Lexicon
+from tools.glyph.generate import ClaimGenerator, Lexicon, bert_vocabulary
 from tools.glyph.grammar import (
     BINARY,
     POSTFIX,
@@ -228,6 +228,24 @@ def test_the_decoy_share_moves_the_rename_from_the_paraphrase_to_the_mutation():
         assert not same_meaning(triple.anchor, triple.negative, LEXICON.synonyms)
     with pytest.raises(ValueError, match="decoy_share"):
         ClaimGenerator(LEXICON, 5, decoy_share=2.0)
+
+
+def test_the_varied_share_varies_the_atoms_not_the_meaning_checks():
+    plain = [ClaimGenerator(LEXICON, 5).triple() for _ in range(100)]
+    assert [ClaimGenerator(LEXICON, 5, varied_share=0.0).triple() for _ in range(100)] == plain  # the same stream
+    generator = ClaimGenerator(LEXICON, 5, varied_share=1.0)
+    varied = [generator.triple() for _ in range(200)]
+    parts = [atom.split("_") for t in varied for atom in words(t.anchor)]
+    assert max(map(len, parts)) == 5 and max(len(atom.split("_")) for t in plain for atom in words(t.anchor)) == 2
+    numbered = {part for atom in parts for part in atom if any(c.isdigit() for c in part)}
+    made_up = {part for atom in parts for part in atom if part.isalpha()} - set(LEXICON.words) - {"x", "y", "z"}
+    assert len(numbered) > 20 and len(made_up) > 20
+    assert made_up.isdisjoint(bert_vocabulary())  # the tokenizer has never seen them whole
+    for triple in varied:
+        assert same_meaning(triple.anchor, triple.positive, LEXICON.synonyms)
+        assert not same_meaning(triple.anchor, triple.negative, LEXICON.synonyms)
+    with pytest.raises(ValueError, match="varied_share"):
+        ClaimGenerator(LEXICON, 5, varied_share=-1.0)
 
 
 def words(text):

@@ -37,6 +37,9 @@ WORDS = Path(__file__).with_name("words.txt")
 CHAIN_OPS = LEVELS[0]  # the loosest operators: implication and causal arrows join a claim's two sides
 TERM_OPS = LEVELS[1] + LEVELS[2] + LEVELS[3]  # ∨ ∧ and the relations build the sides
 VARIABLES = ("x", "y", "z")
+VARIED_WORDS = (1, 2, 2, 3, 3, 4)  # words per atom of a varied claim (a house claim's atoms have 1-2)
+NUMBERED, MADE_UP = 0.2, 0.2  # shares of a varied claim's atoms with a number part, and with a made-up word
+SYLLABLES = tuple(c + v for c in "bdfgklmnprstvz" for v in "aeiou") + ("qu", "th", "ch", "sh", "xo", "yl")
 
 
 @dataclass(frozen=True)
@@ -92,12 +95,17 @@ class Lexicon:
         return Lexicon(tuple(sorted(order[cut:]))), Lexicon(tuple(sorted(order[:cut])))
 
 
+def bert_vocabulary() -> list[str]:
+    """bert-base-uncased's word pieces, in id order (from the installed all-MiniLM-L6-v2 package)."""
+    from tools import teachers
+
+    return (teachers.minilm_l6_folder() / "vocab.txt").read_text().splitlines()
+
+
 def common_english_words(count: int, exclude: set[str]) -> list[str]:
     """`count` whole lower-case words (3-12 letters) from bert-base-uncased's vocabulary, in its order, skipping
     the first 300 words after the specials (function words such as 'the', 'which')."""
-    from tools import teachers
-
-    vocabulary = (teachers.minilm_l6_folder() / "vocab.txt").read_text().splitlines()
+    vocabulary = bert_vocabulary()
     candidates = [token for token in vocabulary[1996 + 300:] if token.isascii() and token.isalpha()
                   and token.islower() and 3 <= len(token) <= 12 and token not in exclude and token not in VARIABLES]
     if len(candidates) < count:
@@ -132,29 +140,55 @@ class ClaimGenerator:
     """
 
     def __init__(self, lexicon: Lexicon, seed: int, known: Lexicon | None = None, direction_share: float = 0.0,
-                 hand_share: float = 0.0, decoy_share: float = 0.0):
+                 hand_share: float = 0.0, decoy_share: float = 0.0, varied_share: float = 0.0):
         for name, share in (("direction_share", direction_share), ("hand_share", hand_share),
-                            ("decoy_share", decoy_share)):
+                            ("decoy_share", decoy_share), ("varied_share", varied_share)):
             if not 0 <= share <= 1:
                 raise ValueError(f"{name} must be within [0, 1], got {share}")
         self.lexicon, self.known, self.rng = lexicon, known or lexicon, random.Random(seed)
         self.direction_share, self.hand_share, self.decoy_share = direction_share, hand_share, decoy_share
+        self.varied_share = varied_share
         self.synonyms = {**self.lexicon.synonyms, **self.known.synonyms}  # meaning is decided over all the words
 
-    def atoms(self, count: int) -> list[Atom]:
-        """`count` atoms; the first one holds a word with a known synonym, so every claim can be renamed."""
+    def atoms(self, count: int, varied: bool = False) -> list[Atom]:
+        """`count` atoms; the first one holds a word with a known synonym, so every claim can be renamed. varied: the
+        others are `varied_atom`s, and the first gets up to two more words."""
         first = [self.rng.choice(self.known.renamable)]
         if self.known is self.lexicon:
-            first += self.rng.sample(self.lexicon.words, self.rng.choice((0, 1, 1)))
+            first += self.rng.sample(self.lexicon.words, self.rng.choice((0, 1, 2) if varied else (0, 1, 1)))
         else:  # and a held-out word, so that no atom of the claim was ever seen
             first.insert(self.rng.randrange(2), self.rng.choice(self.lexicon.words))
         words = [first]
         while len(words) < count:
-            words.append(self.rng.sample(self.lexicon.words, self.rng.choice((1, 2, 2))))
-            meanings = [tuple(self.synonyms[word] for word in atom) for atom in words]
+            words.append(self.varied_atom() if varied
+                         else self.rng.sample(self.lexicon.words, self.rng.choice((1, 2, 2))))
+            meanings = [tuple(self.synonyms.get(word, word) for word in atom) for atom in words]
             if len(set(meanings)) < len(meanings):
                 words.pop()
         return [Atom("_".join(atom)) for atom in self.rng.sample(words, count)]
+
+    def varied_atom(self) -> list[str]:
+        """The parts of an atom of a varied claim: one to four lexicon words, and sometimes a number part as the last
+        (`layer_12`, `stage_v5`) or a made-up word in place of one of them (`gravel_tobelika`)."""
+        parts = self.rng.sample(self.lexicon.words, self.rng.choice(VARIED_WORDS))
+        roll = self.rng.random()
+        if roll < NUMBERED:
+            parts.append(self.rng.choice(("", "", "v", "n", "k")) + str(self.rng.randrange(1, 1000)))
+        elif roll < NUMBERED + MADE_UP:
+            parts[self.rng.randrange(len(parts))] = self.made_up_word()
+        return parts
+
+    def made_up_word(self) -> str:
+        """Three or four syllables that spell no word of bert-base-uncased's vocabulary nor of the lexicons: a name
+        the tokenizer has never seen whole."""
+        while True:
+            word = "".join(self.rng.choice(SYLLABLES) for _ in range(self.rng.choice((3, 3, 4))))
+            if word not in self.real_words:
+                return word
+
+    @cached_property
+    def real_words(self) -> frozenset[str]:
+        return frozenset(bert_vocabulary()) | set(self.synonyms) | set(VARIABLES)
 
     def leaf(self, atom: Node) -> Node:
         roll = self.rng.random()
@@ -177,20 +211,20 @@ class ClaimGenerator:
             return Post(self.rng.choice(POSTFIX), node)
         return node
 
-    def claim(self) -> Node:
+    def claim(self, varied: bool = False) -> Node:
         shape = self.rng.random()
         if shape < 0.1:  # a quantified rule: ∀x: x∈set ⇒ x↑
-            var, (kind, effect) = Atom(self.rng.choice(VARIABLES)), self.atoms(2)
+            var, (kind, effect) = Atom(self.rng.choice(VARIABLES)), self.atoms(2, varied)
             member = Binary(self.rng.choice(("∈", "∉")), var, kind)
             body = Binary(self.rng.choice(CHAIN_OPS), member, self.rng.choice((Post(self.rng.choice(POSTFIX), var),
                                                                                Binary("⊃", var, effect))))
             return Quant(self.rng.choice(QUANTIFIERS), var.name, body)
         if shape < 0.15:  # a contradiction rule: a∧¬b ⇒ ⊥
-            first, second = self.atoms(2)
+            first, second = self.atoms(2, varied)
             return Binary(self.rng.choice(("⇒", "→", "⊢")), Binary("∧", first, Not(second)), Bottom())
         if shape < 0.3:  # a bare relation
-            return self.side(self.atoms(2))
-        atoms = self.atoms(self.rng.choice((2, 3, 3, 4, 4, 5)))
+            return self.side(self.atoms(2, varied))
+        atoms = self.atoms(self.rng.choice((2, 3, 3, 4, 4, 5)), varied)
         cut = self.rng.randint(1, len(atoms) - 1)
         return Binary(self.rng.choice(CHAIN_OPS), self.side(atoms[:cut]), self.side(atoms[cut:]))
 
@@ -211,8 +245,9 @@ class ClaimGenerator:
         direction = self.direction_share > 0 and self.rng.random() < self.direction_share
         hand = self.hand_share > 0 and self.rng.random() < self.hand_share
         decoy = not direction and self.decoy_share > 0 and self.rng.random() < self.decoy_share
+        varied = self.varied_share > 0 and self.rng.random() < self.varied_share
         while True:
-            anchor = self.claim()
+            anchor = self.claim(varied)
             key = canonical(anchor, self.synonyms)
             case = None  # or (family, mirrored, flipped) of a direction case
             if direction:
