@@ -163,8 +163,13 @@ def demo_steps(data_dir, budget=BUDGETS["quick"]):
         Step("glyph.evaluate", ["--corpus", f"{root}/glyph/corpus", "--out", f"{root}/glyph/eval", "--encoder",
                                 f"glyph-embedder-v2={root}/glyph/train/final",
                                 "--encoder", "teacher:all-MiniLM-L6-v2"]),
+        Step("glyph.crosscheck", [*data, "--out", f"{root}/glyph/crosscheck"]),  # test set (b), its defaults
+        Step("glyph.evaluate", ["--corpus", f"{root}/glyph/crosscheck", "--out", f"{root}/glyph/eval-b", "--encoder",
+                                f"glyph-embedder-v2={root}/glyph/train/final",
+                                "--encoder", "teacher:all-MiniLM-L6-v2"]),
         Step("glyph.export", ["--corpus", f"{root}/glyph/corpus", "--train", f"{root}/glyph/train", "--eval",
-                              f"{root}/glyph/eval", "--out", f"{root}/glyph/export"]),
+                              f"{root}/glyph/eval", "--eval-b", f"{root}/glyph/eval-b", "--out",
+                              f"{root}/glyph/export"]),
         Step("geolip.train", ["--out", f"{root}/geolip/train", *teacher_cache, *budget.geolip]),
         Step("geolip.evaluate", ["--train", f"{root}/geolip/train", "--out", f"{root}/geolip/eval"]),
     ]

@@ -13,6 +13,7 @@ from helpers import assert_card_from_records, finish, kill_when, run_tool
 from shared_modeling.identity import embedding_space, trunk_hash
 from tools import runs
 from tools.glyph import corpus as glyph_corpus
+from tools.glyph import crosscheck as glyph_crosscheck
 from tools.glyph import evaluate as glyph_evaluate
 from tools.glyph import metrics as glyph_metrics
 from tools.glyph import data as glyph_data
@@ -206,28 +207,35 @@ def test_corpus_is_not_rebuilt_and_other_options_are_refused(corpus, capsys):
 
 
 @pytest.mark.slow
-def test_export_fills_a_folder_that_loads_without_custom_code_and_in_llama_cpp(tmp_path, corpus, trained):
+def test_export_fills_a_folder_that_loads_without_custom_code_and_in_llama_cpp(tmp_path, corpus, trained, data_dir):
     from tools.glyph import export as glyph_export
 
-    evaluation, hub = tmp_path / "eval", tmp_path / "glyph-embedder-v2"
+    evaluation, evaluation_b, hub = tmp_path / "eval", tmp_path / "eval-b", tmp_path / "glyph-embedder-v2"
+    assert glyph_crosscheck.main(["--data-dir", str(data_dir), "--out", str(tmp_path / "b"), "--triples", "60"]) == 0
     assert glyph_evaluate.main(["--corpus", str(corpus), "--out", str(evaluation), "--retrieval-queries", "50",
                                 "--encoder", f"glyph-embedder-v2={trained / 'final'}"]) == 0
+    assert glyph_evaluate.main(["--corpus", str(tmp_path / "b"), "--out", str(evaluation_b), "--retrieval-queries",
+                                "50", "--encoder", f"glyph-embedder-v2={trained / 'final'}",
+                                "--encoder", "teacher:all-MiniLM-L6-v2"]) == 0
+    export = ["--corpus", str(corpus), "--train", str(trained), "--eval", str(evaluation), "--eval-b",
+              str(evaluation_b), "--out", str(tmp_path / "export"), "--to", str(hub)]
     with pytest.raises(SystemExit, match="has no row 'all-MiniLM-L6-v2'"):  # the card compares with it
-        glyph_export.main(["--corpus", str(corpus), "--train", str(trained), "--eval", str(evaluation),
-                           "--out", str(tmp_path / "export"), "--to", str(hub)])
+        glyph_export.main(export)
     assert glyph_evaluate.main(["--corpus", str(corpus), "--out", str(evaluation), "--retrieval-queries", "50",
                                 "--encoder", f"glyph-embedder-v2={trained / 'final'}",
                                 "--encoder", "teacher:all-MiniLM-L6-v2"]) == 0
-    assert glyph_export.main(["--corpus", str(corpus), "--train", str(trained), "--eval", str(evaluation),
-                              "--out", str(tmp_path / "export"), "--to", str(hub), "--parity-strings", "40"]) == 0
+    assert glyph_export.main([*export, "--parity-strings", "40"]) == 0
     record = json.loads((tmp_path / "export" / "metrics.json").read_text())
     assert sorted(path.name for path in hub.glob("*.gguf")) == ["glyph-embedder-v2-f16.gguf"]  # f32 adds nothing
     assert record["gguf"]["f16"]["tokens_identical"] == 40 and record["gguf"]["f16"]["min_cosine"] >= 0.999
     assert record["files_sha256"] == {name: runs.file_sha256(hub / name)  # what a shipped copy is checked against
                                       for name in ("glyph-embedder-v2-f16.gguf", "model.safetensors")}
     card = (hub / "README.md").read_text()
-    rows = json.loads((evaluation / "metrics.json").read_text())["rows"]
-    assert f"| glyph-embedder-v2 | {rows['glyph-embedder-v2']['win_rate']:.3f} |" in card
+    for folder in (evaluation, evaluation_b):  # test sets (a) and (b), each with its table and model-index results
+        rows = json.loads((folder / "metrics.json").read_text())["rows"]
+        assert f"| glyph-embedder-v2 | {rows['glyph-embedder-v2']['win_rate']:.3f} |" in card
+        assert f"value: {round(rows['glyph-embedder-v2']['mrr_at_10'], 4)}" in card
+    assert "independent generator (60 triples)" in card and "before the project had a second test set" not in card
     assert "library_name: sentence-transformers" in card and "(training_curve.png)" in card
     assert (hub / "training_curve.png").is_file() and not list(hub.glob("*.py"))
     assert_card_from_records(tmp_path / "export", hub)
@@ -244,8 +252,8 @@ def test_export_refuses_an_evaluation_of_other_weights(tmp_path, corpus, trained
     assert glyph_evaluate.main(["--corpus", str(corpus), "--out", str(evaluation), "--retrieval-queries", "50",
                                 "--encoder", "glyph-embedder-v2=teacher:all-MiniLM-L6-v2"]) == 0
     with pytest.raises(SystemExit, match="scored other weights"):
-        glyph_export.main(["--corpus", str(corpus), "--train", str(trained), "--eval", str(evaluation),
-                           "--out", str(tmp_path / "export"), "--to", str(tmp_path / "hub")])
+        glyph_export.main(["--corpus", str(corpus), "--train", str(trained), "--eval", str(evaluation), "--eval-b",
+                           str(evaluation), "--out", str(tmp_path / "export"), "--to", str(tmp_path / "hub")])
 
 
 def test_levers_score_every_lever_on_the_same_three_sets(tmp_path, monkeypatch):

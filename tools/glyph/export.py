@@ -7,11 +7,15 @@ Usage (the order make demo runs them in):
     python -m tools.glyph.train --corpus runs/demo/glyph/corpus --out runs/demo/glyph/train
     python -m tools.glyph.evaluate --corpus runs/demo/glyph/corpus --out runs/demo/glyph/eval \\
         --encoder glyph-embedder-v2=runs/demo/glyph/train/final --encoder teacher:all-MiniLM-L6-v2
+    python -m tools.glyph.crosscheck --data-dir ../shared/data --out runs/demo/glyph/crosscheck
+    python -m tools.glyph.evaluate --corpus runs/demo/glyph/crosscheck --out runs/demo/glyph/eval-b \\
+        --encoder glyph-embedder-v2=runs/demo/glyph/train/final --encoder teacher:all-MiniLM-L6-v2
     python -m tools.glyph.export --corpus runs/demo/glyph/corpus --train runs/demo/glyph/train \\
-        --eval runs/demo/glyph/eval --out runs/demo/glyph/export
+        --eval runs/demo/glyph/eval --eval-b runs/demo/glyph/eval-b --out runs/demo/glyph/export
 
 What it does:
-    1. checks that the evaluation scored exactly the trained weights (same sha256);
+    1. checks that the evaluations of both test sets scored exactly the trained weights (same sha256): (a) the
+       corpus's held-out atoms, (b) the independent generator's triples (tools/glyph/crosscheck.py);
     2. copies the sentence-transformers folder (weights, tokenizer, modules) and the training curve into it;
     3. in a fresh process with the project NOT importable, loads the folder with SentenceTransformer (no custom code)
        and with plain AutoModel/AutoTokenizer + a manual mean pool, and checks both give the trained embeddings;
@@ -52,7 +56,8 @@ FOLDER_FILES = ("config.json", "model.safetensors", "tokenizer.json", "tokenizer
 class Config:
     corpus: Path  # tools/glyph/corpus.py folder
     train: Path  # tools/glyph/train.py folder (final/ holds the sentence-transformers model)
-    eval: Path  # tools/glyph/evaluate.py run that scored the model (row MODEL)
+    eval: Path  # tools/glyph/evaluate.py run that scored the model (row MODEL) on test set (a), the corpus's
+    eval_b: Path  # the same on test set (b), a tools/glyph/crosscheck.py folder
     out: Path  # run folder for this export's checks
     to: Path | None = None  # the folder to build (default <out>/<its Hub folder's name>); make release copies it
     #                         into the Hub folder
@@ -66,7 +71,8 @@ def parse_config(argv):
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--corpus", type=Path, required=True)
     parser.add_argument("--train", type=Path, required=True)
-    parser.add_argument("--eval", type=Path, required=True)
+    parser.add_argument("--eval", type=Path, required=True, help="evaluate.py run on the corpus (test set (a))")
+    parser.add_argument("--eval-b", type=Path, required=True, help="evaluate.py run on crosscheck.py's test set (b)")
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--to", type=Path, default=None, help="the folder to build (default: <out>/<Hub folder name>)")
     parser.add_argument("--parity-strings", type=int, default=Config.parity_strings)
@@ -74,7 +80,7 @@ def parse_config(argv):
     config = Config(**vars(parser.parse_args(argv)))
     config.to = config.to or config.out / MODEL
     for path in (config.train / "final" / "model.safetensors", config.train / "metrics.json",
-                 config.eval / "metrics.json", config.corpus / "metrics.json"):
+                 config.eval / "metrics.json", config.eval_b / "metrics.json", config.corpus / "metrics.json"):
         if not path.exists():
             raise SystemExit(f"{path} not found: run the steps in this tool's usage first")
     return config
@@ -120,24 +126,45 @@ def stage_values(stage, learning_rate):
             "final_loss": f"{stage['final_loss']:.3f}", "minutes": stage["training_minutes"]}
 
 
-def card_context(corpus, train_config, train, evaluation, export, model_config):
+def weakest_family(row):
+    """{"family", "win_rate", "triples"} of a row's lowest family."""
+    family, weakest = min(row["families"].items(), key=lambda item: item[1]["win_rate"])
+    return {"family": family, "win_rate": f"{weakest['win_rate']:.3f}", "triples": weakest["triples"]}
+
+
+def card_context(corpus, train_config, train, evaluation, export, model_config, evaluation_b=None, crosscheck=None):
     """The values card.md shows, from the run records: the records themselves (for numbers printed as they are)
     and ready-made strings (formatted numbers, tables, the YAML front matter); model_config: the trained model's
-    config.json."""
+    config.json; evaluation_b and crosscheck: test set (b)'s evaluation and generator records (None for a release
+    built before test set (b) existed: its card says so)."""
     rows = evaluation["rows"]
     model, general = rows[MODEL], rows[GENERAL]
     tokenizer = corpus["tokenizer"]
-    family, weakest = min(model["families"].items(), key=lambda item: item[1]["win_rate"])
-    test_set = f"glyph notation, held-out atoms ({evaluation['test_triples']:,} triples)"
+    test_sets = [(f"glyph notation, held-out atoms ({evaluation['test_triples']:,} triples)", rows)]
+    if evaluation_b is not None:
+        test_sets.append((f"glyph notation, independent generator ({evaluation_b['test_triples']:,} triples)",
+                          evaluation_b["rows"]))
     results = [{"task_type": "sentence-similarity", "dataset_type": "glyph-notation-generated",
                 "dataset_name": test_set, "metric_type": metric, "metric_name": name,
-                "metric_value": round(model[key], 4)}
-               for key, metric, name in HEADLINE]
+                "metric_value": round(set_rows[MODEL][key], 4)}
+               for test_set, set_rows in test_sets for key, metric, name in HEADLINE]
     overview = cards.Overview(
         model=MODEL, job="glyph-notation claims: a paraphrase lands near its claim, a meaning-flipping mutation far",
         reads=f"{gguf.context_length(model_config)} tokens", width=model_config["hidden_size"],
         similarity="cosine (the dot product of its unit vectors)", alternative=GENERAL,
-        results=[(name, test_set, model[key], general[key]) for key, _, name in HEADLINE])
+        results=[(name, test_set, set_rows[MODEL][key], set_rows[GENERAL][key])
+                 for test_set, set_rows in test_sets for key, _, name in HEADLINE])
+    set_b = None
+    if evaluation_b is not None:
+        model_b = evaluation_b["rows"][MODEL]
+        set_b = {"triples": f"{evaluation_b['test_triples']:,}", "crosscheck": crosscheck,
+                 "table": table_markdown(evaluation_b["rows"]), "weakest": weakest_family(model_b),
+                 "win_rate": f"{model_b['win_rate']:.3f}", "mrr_at_10": f"{model_b['mrr_at_10']:.3f}",
+                 "win_rate_goal_met": model_b["win_rate"] >= export["goal_win_rate"],
+                 "mrr_goal_met": model_b["mrr_at_10"] >= export["goal_mrr_at_10"],
+                 "gap_win_rate": f"{model['win_rate'] - model_b['win_rate']:+.3f}",
+                 "gap_mrr_at_10": f"{model['mrr_at_10'] - model_b['mrr_at_10']:+.3f}",
+                 "general_win_rate": f"{evaluation_b['rows'][GENERAL]['win_rate']:.3f}"}
     return {
         "overview": overview,
         "metadata": cards.front_matter(library_name="sentence-transformers", pipeline_tag="sentence-similarity",
@@ -160,7 +187,7 @@ def card_context(corpus, train_config, train, evaluation, export, model_config):
         "evaluation_table": table_markdown(rows),
         "win_rate_goal_met": model["win_rate"] >= export["goal_win_rate"], "win_rate": f"{model['win_rate']:.3f}",
         "mrr_goal_met": model["mrr_at_10"] >= export["goal_mrr_at_10"], "mrr_at_10": f"{model['mrr_at_10']:.3f}",
-        "weakest": {"family": family, "win_rate": f"{weakest['win_rate']:.3f}", "triples": weakest["triples"]},
+        "weakest": weakest_family(model), "set_b": set_b,
         "general_encoder": GENERAL, "general_win_rate": f"{general['win_rate']:.3f}",
         "words": {key: f"{count:,}" for key, count in corpus["words"].items()},
         "triples": {key: f"{count:,}" for key, count in corpus["triples"].items()},
@@ -177,9 +204,15 @@ def context_from_records(folder, root=runs.ROOT):
     training and evaluation runs its config names, relative to root."""
     config = runs.read_json(Path(folder) / "config.json")
     corpus, train, evaluation = (root / config[name] for name in ("corpus", "train", "eval"))
+    evaluation_b = crosscheck = None
+    if config.get("eval_b"):  # a release built before test set (b) has none
+        evaluation_b = runs.read_json(root / config["eval_b"] / "metrics.json")
+        crosscheck = runs.read_json(root / runs.read_json(root / config["eval_b"] / "config.json")["corpus"]
+                                    / "metrics.json")
     return card_context(runs.read_json(corpus / "metrics.json"), runs.read_json(train / "config.json"),
                         runs.read_json(train / "metrics.json"), runs.read_json(evaluation / "metrics.json"),
-                        runs.read_json(Path(folder) / "metrics.json"), runs.read_json(train / "final" / "config.json"))
+                        runs.read_json(Path(folder) / "metrics.json"), runs.read_json(train / "final" / "config.json"),
+                        evaluation_b, crosscheck)
 
 
 def card_from_records(folder, root=runs.ROOT):
@@ -191,11 +224,16 @@ def main(argv=None):
     config = parse_config(argv)
     final = config.train / "final"
     evaluation = runs.read_json(config.eval / "metrics.json")
-    if MODEL not in evaluation["rows"]:
-        raise SystemExit(f"{config.eval} has no row {MODEL!r}: evaluate with --encoder {MODEL}={final}")
-    encoders.require_scored(evaluation["rows"][MODEL]["weights_sha256"], final, config.eval)
-    if GENERAL not in evaluation["rows"]:  # the card compares the model with it
-        raise SystemExit(f"{config.eval} has no row {GENERAL!r}: evaluate with --encoder teacher:{GENERAL} too")
+    for folder in (config.eval, config.eval_b):
+        rows = runs.read_json(folder / "metrics.json")["rows"]
+        if MODEL not in rows:
+            raise SystemExit(f"{folder} has no row {MODEL!r}: evaluate with --encoder {MODEL}={final}")
+        encoders.require_scored(rows[MODEL]["weights_sha256"], final, folder)
+        if GENERAL not in rows:  # the card compares the model with it
+            raise SystemExit(f"{folder} has no row {GENERAL!r}: evaluate with --encoder teacher:{GENERAL} too")
+    crosscheck = Path(runs.read_json(config.eval_b / "config.json")["corpus"])
+    if not (crosscheck / "metrics.json").is_file():
+        raise SystemExit(f"{crosscheck}: the test set {config.eval_b} scored is gone (tools/glyph/crosscheck.py)")
 
     with runs.RunRecord(config.out, config, "glyph.export"):
         registry.GLYPH.start_build(config.to)
