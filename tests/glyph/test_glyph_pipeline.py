@@ -224,6 +224,9 @@ def test_export_fills_a_folder_that_loads_without_custom_code_and_in_llama_cpp(t
     assert glyph_evaluate.main(["--corpus", str(corpus), "--out", str(evaluation), "--retrieval-queries", "50",
                                 "--encoder", f"glyph-embedder-v2={trained / 'final'}",
                                 "--encoder", "teacher:all-MiniLM-L6-v2"]) == 0
+    wrong_b = [str(evaluation) if arg == str(evaluation_b) else arg for arg in export]  # test set (a) as (b)
+    with pytest.raises(SystemExit, match="did not score test set"):
+        glyph_export.main(wrong_b)
     assert glyph_export.main([*export, "--parity-strings", "40"]) == 0
     record = json.loads((tmp_path / "export" / "metrics.json").read_text())
     assert sorted(path.name for path in hub.glob("*.gguf")) == ["glyph-embedder-v2-f16.gguf"]  # f32 adds nothing
@@ -236,6 +239,7 @@ def test_export_fills_a_folder_that_loads_without_custom_code_and_in_llama_cpp(t
         assert f"| glyph-embedder-v2 | {rows['glyph-embedder-v2']['win_rate']:.3f} |" in card
         assert f"value: {round(rows['glyph-embedder-v2']['mrr_at_10'], 4)}" in card
     assert "independent generator (60 triples)" in card and "before the project had a second test set" not in card
+    assert card.count("type: glyph-notation-independent") == 1  # (b) is a dataset of its own in the model-index
     assert "library_name: sentence-transformers" in card and "(training_curve.png)" in card
     assert (hub / "training_curve.png").is_file() and not list(hub.glob("*.py"))
     assert_card_from_records(tmp_path / "export", hub)

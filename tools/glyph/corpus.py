@@ -6,7 +6,7 @@ Usage:
     python -m tools.glyph.corpus --out runs/x --direction-share 0.25  # a quarter of the training triples: direction
     python -m tools.glyph.corpus --out runs/x --hand-share 0.5  # half of them printed as people vary the surface
     python -m tools.glyph.corpus --out runs/x --decoy-share 0.5  # half: the mutation renames, not the paraphrase
-    python -m tools.glyph.corpus --out runs/x --varied-share 0.5  # half: longer atoms, numbers, made-up words
+    python -m tools.glyph.corpus --out runs/x --varied-share 0.5  # half: longer atoms, numbers, made-up names
 
 The atom vocabulary (tools/glyph/words.txt plus common English words) is split by group into training and held-out
 words. Training triples (anchor, paraphrase, mutation) use training words only. Every atom of a test triple holds a
@@ -19,8 +19,8 @@ order, `a ← b`); --hand-share prints that share of them with a surface as peop
 any operator or none, spare parentheses: grammar.to_text's hand) instead of the two house styles; --decoy-share
 moves that share's rename from the paraphrase (then made of structural rewrites only) to the mutation, so that a
 changed atom word does not tell the paraphrase; --varied-share gives that share varied atoms (up to four words, a
-number part such as `layer_12`, a made-up word the tokenizer splits), so that the operators, not the atoms' surface,
-must tell the claims apart. The test triples never change with any of them.
+number part such as `layer_12`, a made-up code-like name such as `tobe3li`), so that the operators, not the atoms'
+surface, must tell the claims apart. The test triples never change with any of them.
 
 The out folder gets: train.jsonl, validation.jsonl (training atoms, not in the corpus) and test.jsonl (one triple
 per line: anchor, positive, negative, rewrites, mutation), corpus.txt (every unique training string, one per line:

@@ -140,24 +140,28 @@ def card_context(corpus, train_config, train, evaluation, export, model_config, 
     rows = evaluation["rows"]
     model, general = rows[MODEL], rows[GENERAL]
     tokenizer = corpus["tokenizer"]
-    test_sets = [(f"glyph notation, held-out atoms ({evaluation['test_triples']:,} triples)", rows)]
+    # (name, dataset type, rows) per test set; the Hub groups model-index results by dataset type
+    test_sets = [(f"glyph notation, held-out atoms ({evaluation['test_triples']:,} triples)",
+                  "glyph-notation-generated", rows)]
     if evaluation_b is not None:
         test_sets.append((f"glyph notation, independent generator ({evaluation_b['test_triples']:,} triples)",
-                          evaluation_b["rows"]))
-    results = [{"task_type": "sentence-similarity", "dataset_type": "glyph-notation-generated",
+                          "glyph-notation-independent", evaluation_b["rows"]))
+    results = [{"task_type": "sentence-similarity", "dataset_type": dataset_type,
                 "dataset_name": test_set, "metric_type": metric, "metric_name": name,
                 "metric_value": round(set_rows[MODEL][key], 4)}
-               for test_set, set_rows in test_sets for key, metric, name in HEADLINE]
+               for test_set, dataset_type, set_rows in test_sets for key, metric, name in HEADLINE]
     overview = cards.Overview(
         model=MODEL, job="glyph-notation claims: a paraphrase lands near its claim, a meaning-flipping mutation far",
         reads=f"{gguf.context_length(model_config)} tokens", width=model_config["hidden_size"],
         similarity="cosine (the dot product of its unit vectors)", alternative=GENERAL,
         results=[(name, test_set, set_rows[MODEL][key], set_rows[GENERAL][key])
-                 for test_set, set_rows in test_sets for key, _, name in HEADLINE])
+                 for test_set, _, set_rows in test_sets for key, _, name in HEADLINE])
     set_b = None
     if evaluation_b is not None:
         model_b = evaluation_b["rows"][MODEL]
-        set_b = {"triples": f"{evaluation_b['test_triples']:,}", "crosscheck": crosscheck,
+        set_b = {"triples": f"{evaluation_b['test_triples']:,}",
+                 **{key: f"{crosscheck[key]:,}" for key in ("excluded_vocabulary", "atoms", "atom_words_used",
+                                                            "anchors_with_redundant_brackets")},
                  "table": table_markdown(evaluation_b["rows"]), "weakest": weakest_family(model_b),
                  "win_rate": f"{model_b['win_rate']:.3f}", "mrr_at_10": f"{model_b['mrr_at_10']:.3f}",
                  "win_rate_goal_met": model_b["win_rate"] >= export["goal_win_rate"],
@@ -231,9 +235,10 @@ def main(argv=None):
         encoders.require_scored(rows[MODEL]["weights_sha256"], final, folder)
         if GENERAL not in rows:  # the card compares the model with it
             raise SystemExit(f"{folder} has no row {GENERAL!r}: evaluate with --encoder teacher:{GENERAL} too")
-    crosscheck = Path(runs.read_json(config.eval_b / "config.json")["corpus"])
-    if not (crosscheck / "metrics.json").is_file():
-        raise SystemExit(f"{crosscheck}: the test set {config.eval_b} scored is gone (tools/glyph/crosscheck.py)")
+    crosscheck = Path(runs.read_json(config.eval_b / "config.json")["corpus"]) / "run.json"
+    if not crosscheck.is_file() or runs.read_json(crosscheck)["tool"] != "glyph.crosscheck":
+        raise SystemExit(f"--eval-b {config.eval_b} did not score test set (b): its corpus {crosscheck.parent} is no "
+                         "finished tools/glyph/crosscheck.py run")
 
     with runs.RunRecord(config.out, config, "glyph.export"):
         registry.GLYPH.start_build(config.to)

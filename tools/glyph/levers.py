@@ -38,7 +38,7 @@ LEVERS = {  # name: (lever, what it changes against today's recipe, its corpus o
                 "rewrites only) to the mutation: a changed atom word no longer tells the paraphrase",
                 ["--decoy-share", "0.5"]),
     "varied50": ("2 atom diversity", "half of the training triples have varied atoms: up to four words, a number "
-                 "part (`layer_12`, `v5`), a made-up word the tokenizer splits", ["--varied-share", "0.5"]),
+                 "part (`layer_12`, `v5`), a made-up code-like name (`tobe3li`)", ["--varied-share", "0.5"]),
 }
 CROSSCHECK = []  # tools/glyph/crosscheck.py's options for set (b): its defaults
 SETS = ("validation", "a", "b")
