@@ -264,7 +264,7 @@ def test_levers_score_every_lever_on_the_same_three_sets(tmp_path, monkeypatch):
     from tools.glyph import levers
 
     monkeypatch.setattr(levers, "LEVERS", {"recipe": ("recipe", "tiny", list(map(str, TINY_CORPUS))),
-                                           "hand50": ("2 surface", "hand", ["--hand-share", "0.5"])})
+                                           "hand50": ("surface", "hand", ["--hand-share", "0.5"])})
     monkeypatch.setattr(levers, "CROSSCHECK", ["--triples", "60"])
     out = tmp_path / "levers"
     args = ["--out", str(out), *map(str, TINY_MODEL)]

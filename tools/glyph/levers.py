@@ -32,7 +32,7 @@ LEVERS = {  # name: (lever, what it changes against today's recipe, its corpus o
     "direction25": ("1 direction", "a quarter of the training triples are direction cases: the paraphrase mirrors a "
                     "directed relation, the mutation flips its operator in the anchor's order",
                     ["--direction-share", "0.25"]),
-    "hand50": ("2 surface", "half of the training triples printed with a hand-varied surface (spaces beside any "
+    "hand50": ("surface", "half of the training triples printed with a hand-varied surface (spaces beside any "
                "operator or none, spare parentheses) instead of the two house styles", ["--hand-share", "0.5"]),
     "decoy50": ("3 mutation mix", "half of the training triples move the rename from the paraphrase (then structural "
                 "rewrites only) to the mutation: a changed atom word no longer tells the paraphrase",
