@@ -7,6 +7,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from tools.glyph.crosscheck import binary_depth  # the depth (b) reports, as a measure only
 from tools.glyph.generate import ClaimGenerator, Lexicon
 from tools.glyph.grammar import (
     BINARY,
@@ -201,13 +202,19 @@ def test_the_direction_share_of_the_generator(share):
         ClaimGenerator(LEXICON, 5, direction_share=1.5)
 
 
+def drawn(count=100, **shares):
+    """The first `count` triples of one generator (seed 5) with these shares."""
+    generator = ClaimGenerator(LEXICON, 5, **shares)
+    return [generator.triple() for _ in range(count)]
+
+
 def test_the_hand_share_of_the_generator():
-    house = [ClaimGenerator(LEXICON, 5).triple() for _ in range(100)]
-    assert [ClaimGenerator(LEXICON, 5, hand_share=0.0).triple() for _ in range(100)] == house  # the same stream
-    hand = [ClaimGenerator(LEXICON, 5, hand_share=1.0).triple() for _ in range(100)]
+    house = drawn()
+    assert drawn(hand_share=0.0) == house  # the same stream
+    hand = drawn(hand_share=1.0)
     spaced_terms = re.compile(r" [∧∨≡≠⊃⊂≥≤∈∉⊕⊖] ")  # the house styles never space a term operator
     assert not any(spaced_terms.search(text) for t in house for text in (t.anchor, t.positive, t.negative))
-    assert sum(bool(spaced_terms.search(t.anchor)) for t in hand) > 30
+    assert sum(bool(spaced_terms.search(t.anchor)) for t in hand) > 15  # a quarter: a space each side, .5 each
     for triple in hand:
         assert same_meaning(triple.anchor, triple.positive, LEXICON.synonyms)
         assert not same_meaning(triple.anchor, triple.negative, LEXICON.synonyms)
@@ -216,11 +223,11 @@ def test_the_hand_share_of_the_generator():
 
 
 def test_the_decoy_share_moves_the_rename_from_the_paraphrase_to_the_mutation():
-    plain = [ClaimGenerator(LEXICON, 5).triple() for _ in range(100)]
-    assert [ClaimGenerator(LEXICON, 5, decoy_share=0.0).triple() for _ in range(100)] == plain  # the same stream
+    plain = drawn()
+    assert drawn(decoy_share=0.0) == plain  # the same stream
     assert all("rename" in t.rewrites and words(t.negative) == words(t.anchor) for t in plain
                if t.mutation != "⊥ inject")  # a changed word always told the paraphrase
-    decoys = [ClaimGenerator(LEXICON, 5, decoy_share=1.0).triple() for _ in range(100)]
+    decoys = drawn(decoy_share=1.0)
     for triple in decoys:
         assert triple.rewrites and "rename" not in triple.rewrites and words(triple.positive) == words(triple.anchor)
         assert words(triple.negative) != words(triple.anchor)
@@ -231,8 +238,8 @@ def test_the_decoy_share_moves_the_rename_from_the_paraphrase_to_the_mutation():
 
 
 def test_the_varied_share_varies_the_atoms_not_the_meaning_checks():
-    plain = [ClaimGenerator(LEXICON, 5).triple() for _ in range(100)]
-    assert [ClaimGenerator(LEXICON, 5, varied_share=0.0).triple() for _ in range(100)] == plain  # the same stream
+    plain = drawn()
+    assert drawn(varied_share=0.0) == plain  # the same stream
     generator = ClaimGenerator(LEXICON, 5, varied_share=1.0)
     varied = [generator.triple() for _ in range(200)]
     parts = [atom.split("_") for t in varied for atom in words(t.anchor)]
@@ -246,6 +253,19 @@ def test_the_varied_share_varies_the_atoms_not_the_meaning_checks():
         assert not same_meaning(triple.anchor, triple.negative, LEXICON.synonyms)
     with pytest.raises(ValueError, match="varied_share"):
         ClaimGenerator(LEXICON, 5, varied_share=-1.0)
+
+
+def test_the_deep_share_makes_deeper_claims():
+    plain = drawn()
+    assert drawn(deep_share=0.0) == plain  # the same stream
+    deep = drawn(deep_share=1.0)
+    depth = {name: [binary_depth(parse(t.anchor)) for t in rows] for name, rows in (("plain", plain), ("deep", deep))}
+    assert max(depth["plain"]) == 3 and max(depth["deep"]) == 4 and min(depth["deep"]) >= 3
+    for triple in deep:
+        assert same_meaning(triple.anchor, triple.positive, LEXICON.synonyms)
+        assert not same_meaning(triple.anchor, triple.negative, LEXICON.synonyms)
+    with pytest.raises(ValueError, match="deep_share"):
+        ClaimGenerator(LEXICON, 5, deep_share=1.5)
 
 
 def words(text):

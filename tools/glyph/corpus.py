@@ -7,6 +7,7 @@ Usage:
     python -m tools.glyph.corpus --out runs/x --hand-share 0.5  # half of them printed as people vary the surface
     python -m tools.glyph.corpus --out runs/x --decoy-share 0.5  # half: the mutation renames, not the paraphrase
     python -m tools.glyph.corpus --out runs/x --varied-share 0.5  # half: longer atoms, numbers, made-up names
+    python -m tools.glyph.corpus --out runs/x --deep-share 0.25  # a quarter: chains of 5-8 atoms (depth 3-4)
 
 The atom vocabulary (tools/glyph/words.txt plus common English words) is split by group into training and held-out
 words. Training triples (anchor, paraphrase, mutation) use training words only. Every atom of a test triple holds a
@@ -20,7 +21,8 @@ any operator or none, spare parentheses: grammar.to_text's hand) instead of the 
 moves that share's rename from the paraphrase (then made of structural rewrites only) to the mutation, so that a
 changed atom word does not tell the paraphrase; --varied-share gives that share varied atoms (up to four words, a
 number part such as `layer_12`, a made-up code-like name such as `tobe3li`), so that the operators, not the atoms'
-surface, must tell the claims apart. The test triples never change with any of them.
+surface, must tell the claims apart; --deep-share makes that share chains of five to eight atoms, deeper than the
+other claims. The test triples never change with any of them.
 
 The out folder gets: train.jsonl, validation.jsonl (training atoms, not in the corpus) and test.jsonl (one triple
 per line: anchor, positive, negative, rewrites, mutation), corpus.txt (every unique training string, one per line:
@@ -60,6 +62,7 @@ class Config:
     hand_share: float = 0.0  # share of training and validation triples printed with a hand-varied surface (0-1)
     decoy_share: float = 0.0  # share of training and validation triples whose mutation renames, not the paraphrase
     varied_share: float = 0.0  # share of training and validation triples with varied atoms (generate.varied_atom)
+    deep_share: float = 0.0  # share of training and validation triples whose claim chains 5-8 atoms (depth 3-4)
 
 
 def parse_config(argv):
@@ -75,7 +78,7 @@ def parse_config(argv):
         raise SystemExit("--train-triples, --validation-triples and --test-triples must be positive")
     if not 0 < config.held_out_fraction < 1:
         raise SystemExit("--held-out-fraction must be in (0, 1)")
-    for name in ("direction_share", "hand_share", "decoy_share", "varied_share"):
+    for name in ("direction_share", "hand_share", "decoy_share", "varied_share", "deep_share"):
         if not 0 <= getattr(config, name) <= 1:
             raise SystemExit(f"--{name.replace('_', '-')} must be in [0, 1]")
     return config
@@ -126,7 +129,8 @@ def main(argv=None):
     with runs.RunRecord(config.out, config, "glyph.corpus"):
         train = generate(train_words, config.train_triples + config.validation_triples, config.seed, "train triples",
                          direction_share=config.direction_share, hand_share=config.hand_share,
-                         decoy_share=config.decoy_share, varied_share=config.varied_share)
+                         decoy_share=config.decoy_share, varied_share=config.varied_share,
+                         deep_share=config.deep_share)
         train, validation = train[:config.train_triples], train[config.train_triples:]
         test = held_out_triples(config, (train_words, test_words))
         write_triples(config.out / "train.jsonl", train)

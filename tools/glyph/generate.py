@@ -40,6 +40,7 @@ TERM_OPS = LEVELS[1] + LEVELS[2] + LEVELS[3]  # ∨ ∧ and the relations build 
 VARIABLES = ("x", "y", "z")
 VARIED_WORDS = (1, 2, 2, 3, 3, 4)  # words per atom of a varied claim (a house claim's atoms have 1-2)
 NUMBERED, MADE_UP = 0.2, 0.2  # shares of a varied claim's atoms with a number part, and with a made-up name
+DEEP_ATOMS = (5, 6, 7, 8)  # atoms of a deep claim's chain (binary depth 3-4; a house claim's 2-5 reach 3)
 SYLLABLES = tuple(c + v for c in "bdfgklmnprstvz" for v in "aeiou")  # of made-up names
 
 
@@ -134,17 +135,20 @@ class ClaimGenerator:
     and the mutation renames one, so that a changed atom word does not tell the paraphrase; 0 leaves the stream as it
     was. varied_share: the share of triples whose atoms are varied (`varied_atom`: up to four words, a number part, a
     made-up name), so that the operators, not the atoms' surface, tell a claim; 0 leaves the stream as it was.
+    deep_share: the share of triples whose claim is a chain of five to eight atoms (binary depth 3-4, deeper than any
+    other claim); 0 leaves the stream as it was.
     """
 
     def __init__(self, lexicon: Lexicon, seed: int, known: Lexicon | None = None, direction_share: float = 0.0,
-                 hand_share: float = 0.0, decoy_share: float = 0.0, varied_share: float = 0.0):
+                 hand_share: float = 0.0, decoy_share: float = 0.0, varied_share: float = 0.0,
+                 deep_share: float = 0.0):
         for name, share in (("direction_share", direction_share), ("hand_share", hand_share),
-                            ("decoy_share", decoy_share), ("varied_share", varied_share)):
+                            ("decoy_share", decoy_share), ("varied_share", varied_share), ("deep_share", deep_share)):
             if not 0 <= share <= 1:
                 raise ValueError(f"{name} must be within [0, 1], got {share}")
         self.lexicon, self.known, self.rng = lexicon, known or lexicon, random.Random(seed)
         self.direction_share, self.hand_share, self.decoy_share = direction_share, hand_share, decoy_share
-        self.varied_share = varied_share
+        self.varied_share, self.deep_share = varied_share, deep_share
         self.synonyms = {**self.lexicon.synonyms, **self.known.synonyms}  # meaning is decided over all the words
 
     def atoms(self, count: int, varied: bool = False) -> list[Atom]:
@@ -204,8 +208,9 @@ class ClaimGenerator:
             return Post(self.rng.choice(POSTFIX), node)
         return node
 
-    def claim(self, varied: bool = False) -> Node:
-        shape = self.rng.random()
+    def claim(self, varied: bool = False, deep: bool = False) -> Node:
+        """A random claim; varied: over varied atoms; deep: a chain of DEEP_ATOMS atoms."""
+        shape = 1.0 if deep else self.rng.random()
         if shape < 0.1:  # a quantified rule: ∀x: x∈set ⇒ x↑
             var, (kind, effect) = Atom(self.rng.choice(VARIABLES)), self.atoms(2, varied)
             member = Binary(self.rng.choice(("∈", "∉")), var, kind)
@@ -217,7 +222,7 @@ class ClaimGenerator:
             return Binary(self.rng.choice(("⇒", "→", "⊢")), Binary("∧", first, Not(second)), Bottom())
         if shape < 0.3:  # a bare relation
             return self.side(self.atoms(2, varied))
-        atoms = self.atoms(self.rng.choice((2, 3, 3, 4, 4, 5)), varied)
+        atoms = self.atoms(self.rng.choice(DEEP_ATOMS if deep else (2, 3, 3, 4, 4, 5)), varied)
         cut = self.rng.randint(1, len(atoms) - 1)
         return Binary(self.rng.choice(CHAIN_OPS), self.side(atoms[:cut]), self.side(atoms[cut:]))
 
@@ -239,8 +244,9 @@ class ClaimGenerator:
         hand = self.hand_share > 0 and self.rng.random() < self.hand_share
         decoy = not direction and self.decoy_share > 0 and self.rng.random() < self.decoy_share
         varied = self.varied_share > 0 and self.rng.random() < self.varied_share
+        deep = self.deep_share > 0 and self.rng.random() < self.deep_share
         while True:
-            anchor = self.claim(varied)
+            anchor = self.claim(varied, deep)
             key = canonical(anchor, self.synonyms)
             case = None  # or (family, mirrored, flipped) of a direction case
             if direction:

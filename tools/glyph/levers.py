@@ -39,6 +39,8 @@ LEVERS = {  # name: (lever, what it changes against today's recipe, its corpus o
                 ["--decoy-share", "0.5"]),
     "varied50": ("2 atom diversity", "half of the training triples have varied atoms: up to four words, a number "
                  "part (`layer_12`, `v5`), a made-up code-like name (`tobe3li`)", ["--varied-share", "0.5"]),
+    "deep25": ("depth", "a quarter of the training triples are chains of 5-8 atoms (binary depth 3-4; the others "
+               "reach 3)", ["--deep-share", "0.25"]),
 }
 CROSSCHECK = []  # tools/glyph/crosscheck.py's options for set (b): its defaults
 SETS = ("validation", "a", "b")
