@@ -202,6 +202,13 @@ def test_the_direction_share_of_the_generator(share):
         ClaimGenerator(LEXICON, 5, direction_share=1.5)
 
 
+def assert_meanings_checked(triples):
+    """Every paraphrase means what its anchor means, and no mutation does."""
+    for triple in triples:
+        assert same_meaning(triple.anchor, triple.positive, LEXICON.synonyms)
+        assert not same_meaning(triple.anchor, triple.negative, LEXICON.synonyms)
+
+
 def drawn(count=100, **shares):
     """The first `count` triples of one generator (seed 5) with these shares."""
     generator = ClaimGenerator(LEXICON, 5, **shares)
@@ -215,9 +222,7 @@ def test_the_hand_share_of_the_generator():
     spaced_terms = re.compile(r" [∧∨≡≠⊃⊂≥≤∈∉⊕⊖] ")  # the house styles never space a term operator
     assert not any(spaced_terms.search(text) for t in house for text in (t.anchor, t.positive, t.negative))
     assert sum(bool(spaced_terms.search(t.anchor)) for t in hand) > 15  # a quarter: a space each side, .5 each
-    for triple in hand:
-        assert same_meaning(triple.anchor, triple.positive, LEXICON.synonyms)
-        assert not same_meaning(triple.anchor, triple.negative, LEXICON.synonyms)
+    assert_meanings_checked(hand)
     with pytest.raises(ValueError, match="hand_share"):
         ClaimGenerator(LEXICON, 5, hand_share=-0.1)
 
@@ -248,9 +253,7 @@ def test_the_varied_share_varies_the_atoms_not_the_meaning_checks():
     numbers = {part for part in new if re.fullmatch(r"[vnk]?[0-9]+", part)}
     names = {part for part in new if re.fullmatch(r"[a-z]{2,}[0-9][a-z]*", part)}
     assert len(numbers) > 20 and len(names) > 20 and new == numbers | names  # nothing else is new
-    for triple in varied:
-        assert same_meaning(triple.anchor, triple.positive, LEXICON.synonyms)
-        assert not same_meaning(triple.anchor, triple.negative, LEXICON.synonyms)
+    assert_meanings_checked(varied)
     with pytest.raises(ValueError, match="varied_share"):
         ClaimGenerator(LEXICON, 5, varied_share=-1.0)
 
@@ -261,9 +264,7 @@ def test_the_deep_share_makes_deeper_claims():
     deep = drawn(deep_share=1.0)
     depth = {name: [binary_depth(parse(t.anchor)) for t in rows] for name, rows in (("plain", plain), ("deep", deep))}
     assert max(depth["plain"]) == 3 and max(depth["deep"]) == 4 and min(depth["deep"]) >= 3
-    for triple in deep:
-        assert same_meaning(triple.anchor, triple.positive, LEXICON.synonyms)
-        assert not same_meaning(triple.anchor, triple.negative, LEXICON.synonyms)
+    assert_meanings_checked(deep)
     with pytest.raises(ValueError, match="deep_share"):
         ClaimGenerator(LEXICON, 5, deep_share=1.5)
 
