@@ -530,6 +530,8 @@ def test_levers_score_every_arm_against_the_bare_trunk_in_one_harness(tmp_path, 
         "consensus": ("1 teacher arms", "the consensus", ["--data", "{align}", "--steps", "3"]),
         "narrow": ("1 teacher arms", "the narrow teacher", ["--data", "{align}", "--teacher", narrow, "--steps", "2"]),
         "caption": ("2 pair arms", "Flickr8k captions", ["--data", "caption", "--steps", "2"])})
+    monkeypatch.setattr(levers, "COLLECTIVES", {"both": ("1 teacher arms", "both teachers' arms",
+                                                         ["teacher", "narrow"])})
     out = tmp_path / "levers"
     args = ["--extract", str(extraction), "--align", str(alignment), "--model", str(arm_trunk), "--data-dir",
             str(data_dir), "--tasks", "BIOSSES", "STS-B", "--validation-rows", "100", "--out", str(out)]
@@ -537,17 +539,23 @@ def test_levers_score_every_arm_against_the_bare_trunk_in_one_harness(tmp_path, 
     record = json.loads((out / "levers.json").read_text())
     bare = record["trunk"]
     assert record["complete"]
-    assert [row["name"] for row in record["rows"]] == ["teacher", "consensus", "narrow", "caption"]
-    assert [row["steps"] for row in record["rows"]] == [3, 3, 2, 2]
+    assert [row["name"] for row in record["rows"]] == ["teacher", "consensus", "narrow", "caption", "both"]
+    assert [row["steps"] for row in record["rows"]] == [3, 3, 2, 2, "3 + 2 + 60 dispatch"]
+    *solo_rows, both = record["rows"]
+    collective = json.loads((out / "both" / "metrics.json").read_text())
+    assert collective["roster"] == ["teacher", narrow] and collective["trunk_hash"] == bare["trunk_hash"]
+    assert both["training_minutes"] == pytest.approx(solo_rows[0]["training_minutes"] + solo_rows[2]
+                                                     ["training_minutes"] + collective["training_minutes"])
+    assert both["sts8"] == collective["sts8"]["mean"] and both["validation"] == collective["validation"]["mean"]
     arms = {"teacher": "teacher", "consensus": "consensus", "narrow": narrow, "caption": "caption"}
-    for row in record["rows"]:
+    for row in solo_rows:
         solo = json.loads((out / row["name"] / "metrics.json").read_text())
         assert solo["trunk_hash"] == bare["trunk_hash"] and solo["name"] == arms[row["name"]]
         assert row["sts8_gain"] == pytest.approx(solo["sts8"]["mean"] - bare["sts8"]["mean"]) and row["tasks"] == 2
         assert row["trunk_validation"] == bare["validation"]["mean"]  # every arm beside the same trunk mean
-    assert record["rows"][-1]["validation"] is None  # the caption arm trains on Flickr8k: not judged on it
+    assert solo_rows[-1]["validation"] is None  # the caption arm trains on Flickr8k: not judged on it
     table = captionbert_export.levers_table(record).splitlines()
-    assert len(table) == 2 + 1 + 4 and "not judged" in table[-1]  # header, the trunk, the levers
+    assert len(table) == 2 + 1 + 5 and "not judged" in table[-2]  # header, the trunk, the levers
 
     finished = {p: p.stat().st_mtime_ns for p in out.glob("*/metrics.json")}
     assert levers.main(args) == 0  # the same command again trains and scores nothing

@@ -43,6 +43,27 @@ def test_hard_negative_info_nce_matches_cross_entropy_over_positives_and_negativ
         info_nce_with_hard_negatives(anchors, positives, None, 0.0)
 
 
+def test_the_cosent_triples_loss_ranks_each_positive_above_every_hard_negative(monkeypatch):
+    """solo --triples-loss cosent: CoSENT over the rows' anchor-positive (score 1) and anchor-negative (score 0)
+    cosines, in place of in-batch InfoNCE; any other name is refused."""
+    anchors = F.normalize(torch.tensor([[1.0, 0.0, 0.0], [0.0, 1.0, 0.0]]), dim=-1)
+    near, far = F.normalize(anchors + 0.1, dim=-1), F.normalize(-anchors + 0.1, dim=-1)
+    data = pairs.PairSet("equiv", "triples", "test", first=["a0", "a1"], second=["p0", "p1"], negative=["n0", "n1"])
+    config = SimpleNamespace(max_length=8, temperature=0.05, cosent_scale=20.0)
+
+    def loss(positives, negatives, triples_loss):
+        monkeypatch.setattr(amoe_train, "embed", lambda model, texts, max_length: torch.cat([anchors, positives,
+                                                                                             negatives]))
+        return amoe_train.batch_loss(None, data, [0, 1], config, triples_loss=triples_loss)
+
+    cosines = torch.cat([(anchors * near).sum(-1), (anchors * far).sum(-1)])
+    torch.testing.assert_close(loss(near, far, "cosent"), cosent(cosines, torch.tensor([1.0, 1.0, 0.0, 0.0])))
+    assert loss(near, far, "cosent") < 1e-6 < loss(far, near, "cosent")  # the reversed rows cost, the right ones not
+    torch.testing.assert_close(loss(near, far, "infonce"), info_nce_with_hard_negatives(anchors, near, far, 0.05))
+    with pytest.raises(SystemExit, match="--triples-loss must be one of infonce, cosent"):
+        amoe_train.parse_config(["solo", "--triples-loss", "triplet", "--out", "o"])
+
+
 # ---- data ----------------------------------------------------------------------------------------------------------
 
 def test_training_pairs_hold_no_held_out_and_no_validation_text(data_dir):

@@ -12,9 +12,11 @@ Today's recipe is the teacher arm: the reference teacher's embeddings of the cor
 learning rate 1e-3, every gate logit at -3. Each lever changes one thing (LEVERS). The embedded arms (teacher,
 consensus, one aligned teacher) embed 16 texts a step; the pair arms keep the cpu recipe's 480 steps (32 texts a step,
 48 with a hard negative). Every row shows its measured training minutes; "twice the steps" is the one row at twice
-the minutes. Each lever is a seed-0 solo run in out/<name> (resumable; a finished one is skipped), the bare trunk's
-scores are out/trunk/metrics.json, and out/levers.json holds the rows, rewritten after each lever ("complete" once
-every lever named ran; export --levers puts their table on the card).
+the minutes. Each lever is a seed-0 solo run in out/<name> (resumable; a finished one is skipped). A collective lever
+(COLLECTIVES) routes between the arms of other levers: a dispatch trained on the union of their streams
+(train.py dispatch), in out/<name>, its minutes the arms' plus its own. The bare trunk's scores are
+out/trunk/metrics.json, and out/levers.json holds the rows, rewritten after each lever ("complete" once every lever
+named ran; export --levers puts their table on the card).
 """
 
 import argparse
@@ -34,10 +36,16 @@ LEVERS = {  # name: (lever, what it changes against today's recipe, its solo opt
                   ["--data", "{align}", "--steps", "960"]),
     "minilm-l6": ("1 teacher arms", "all-MiniLM-L6-v2's embeddings, mapped into the reference's frame",
                   ["--data", "{align}", "--teacher", "all-MiniLM-L6-v2", "--steps", "960"]),
+    "minilm-l3": ("1 teacher arms", "paraphrase-MiniLM-L3-v2's embeddings, mapped into the reference's frame",
+                  ["--data", "{align}", "--teacher", "paraphrase-MiniLM-L3-v2", "--steps", "960"]),
     "caption": ("2 pair arms", "Flickr8k captions of one image (in-batch InfoNCE), 480 steps",
                 ["--data", "caption", "--steps", "480"]),
-    "equiv": ("2 pair arms", "SNLI entailment, its contradiction as the hard negative, 480 steps",
+    "paraphrase": ("2 pair arms", "MRPC paraphrases (in-batch InfoNCE + CoSENT over its labels), 480 steps",
+                   ["--data", "paraphrase", "--steps", "480"]),
+    "equiv": ("2 pair arms", "SNLI entailment, its contradiction as the hard negative (in-batch InfoNCE), 480 steps",
               ["--data", "equiv", "--steps", "480"]),
+    "equiv-cosent": ("2 pair arms", "the same triples, CoSENT instead (entailment ranked above contradiction)",
+                     ["--data", "equiv", "--steps", "480", "--triples-loss", "cosent"]),
     "teacher-lr3e-3": ("3 optimisation", "learning rate 3e-3", [*RECIPE, "--learning-rate", "3e-3"]),
     "teacher-gate0": ("3 optimisation", "every gate logit at 0 (sigmoid .5) instead of -3 (.047)",
                       [*RECIPE, "--gate-init", "0"]),
@@ -45,6 +53,11 @@ LEVERS = {  # name: (lever, what it changes against today's recipe, its solo opt
                              [*RECIPE, "--relational-weight", "10"]),
     "teacher-1920": ("3 optimisation", "twice the steps (twice the minutes)",
                      ["--data", "{extract}", "--steps", "1920"]),
+}
+COLLECTIVES = {  # name: (lever, what it changes, the levers whose arms it routes between): a dispatch trained on the
+    #              union of their streams, its minutes the arms' plus its own
+    "teachers-collective": ("1 teacher arms", "the three teachers' arms under one dispatch (blends them per token)",
+                            ["teacher", "minilm-l6", "minilm-l3"]),
 }
 
 
@@ -55,7 +68,7 @@ class Config:
     out: Path  # run folder: one solo run per lever, trunk/, levers.json
     model: Path = registry.CAPTIONBERT.path  # the frozen trunk
     data_dir: Path = field(default_factory=runs.default_data_dir)
-    only: list[str] = field(default_factory=lambda: list(LEVERS))  # the levers to run (default all)
+    only: list[str] = field(default_factory=lambda: [*LEVERS, *COLLECTIVES])  # the levers to run (default all)
     tasks: list[str] = field(default_factory=lambda: list(sts.TASKS))  # STS-8 tasks to score (fewer for quick trials)
     validation_rows: int = 0  # rows per validation set (0 = all; fewer for quick trials)
 
@@ -86,20 +99,54 @@ def trunk_scores(config):
     return runs.read_json(trunk.out / "metrics.json")
 
 
-def lever_row(name, steps, metrics, trunk):
-    """levers.json's row of a finished solo run against the bare trunk: validation means over the selection sets
-    (None for an arm that trains on one of their sources: it is not judged on its own source), STS-8 and the gauge."""
-    lever, change, _ = LEVERS[name]
-    source = metrics["data"]["labelled_source"]
+def scored_row(name, lever, change, steps, minutes, metrics, trunk):
+    """levers.json's row of a finished run (a solo arm or a collective) against the bare trunk: its validation mean
+    over the selection sets (None for an arm that trains on one of their sources: it is not judged on its own
+    source), STS-8 and the gauge."""
     sts8, base = metrics["sts8"], trunk["sts8"]
     tasks = [task for task in sts.TASKS if task in base]
-    return {"name": name, "lever": lever, "change": change, "steps": steps,
-            "training_minutes": metrics["training_minutes"], "trains_on": source or "teacher-labelled",
+    return {"name": name, "lever": lever, "change": change, "steps": steps, "training_minutes": minutes,
             "validation": metrics["validation"]["mean"],
             "trunk_validation": pairs.validation_mean(trunk["validation"], set()),
             "sts8": sts8["mean"], "sts8_gain": sts8["mean"] - base["mean"],
             "tasks_above_trunk": sum(sts8[task] > base[task] for task in tasks), "tasks": len(tasks),
             "flickr8k_recall@1": sts8["flickr8k_recall@1"], "flickr8k_mrr": sts8["flickr8k_mrr"]}
+
+
+def checked_metrics(folder, trunk, model):
+    metrics = runs.read_json(folder / "metrics.json")
+    if metrics["trunk_hash"] != trunk["trunk_hash"]:
+        raise SystemExit(f"{folder} trained on another trunk than {model}")
+    return metrics
+
+
+def solo_lever(config, name, trunk):
+    """Train (or find finished) the lever's seed-0 solo arm in out/<name>; its row."""
+    lever, change, options = LEVERS[name]
+    options = [option.format(extract=config.extract, align=config.align) for option in options]
+    print(f"lever {name}: solo {' '.join(options)}")
+    runs.run_tool("tools.captionbert.amoe.train", "solo", *options, "--seed", "0", "--model", config.model,
+                  "--data-dir", config.data_dir, "--tasks", *config.tasks,
+                  "--validation-rows", config.validation_rows, "--out", config.out / name)
+    metrics = checked_metrics(config.out / name, trunk, config.model)
+    steps = runs.read_json(config.out / name / "config.json")["steps"]
+    return scored_row(name, lever, change, steps, metrics["training_minutes"], metrics, trunk)
+
+
+def collective_lever(config, name, trunk):
+    """Its member arms' solo levers (finished ones are found, not retrained), then a dispatch over them trained on
+    the union of their streams, in out/<name>; its row, whose minutes are the arms' and the dispatch's."""
+    lever, change, members = COLLECTIVES[name]
+    arms = [solo_lever(config, member, trunk) for member in members]
+    print(f"lever {name}: dispatch over {', '.join(members)}")
+    runs.run_tool("tools.captionbert.amoe.train", "dispatch", *[item for member in members
+                                                                for item in ("--arm", config.out / member)],
+                  "--sts8", "--seed", "0", "--model", config.model, "--data-dir", config.data_dir,
+                  "--tasks", *config.tasks, "--validation-rows", config.validation_rows, "--out", config.out / name)
+    metrics = checked_metrics(config.out / name, trunk, config.model)
+    steps = " + ".join(str(arm["steps"]) for arm in arms) + f" + {metrics['steps_run']} dispatch"
+    minutes = sum(arm["training_minutes"] for arm in arms) + metrics["training_minutes"]
+    return scored_row(name, lever, change, steps, minutes, metrics, trunk)
 
 
 def main(argv=None):
@@ -109,7 +156,7 @@ def main(argv=None):
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--model", type=Path, default=Config.model)
     parser.add_argument("--data-dir", type=Path, default=None)
-    parser.add_argument("--only", nargs="+", choices=list(LEVERS), default=None)
+    parser.add_argument("--only", nargs="+", choices=[*LEVERS, *COLLECTIVES], default=None)
     parser.add_argument("--tasks", nargs="+", choices=sts.TASKS, default=None)
     parser.add_argument("--validation-rows", type=int, default=None)
     config = Config(**{key: value for key, value in vars(parser.parse_args(argv)).items() if value is not None})
@@ -121,17 +168,8 @@ def main(argv=None):
         trunk = trunk_scores(config)
         rows = []
         for name in config.only:
-            _, _, options = LEVERS[name]
-            options = [option.format(extract=config.extract, align=config.align) for option in options]
-            print(f"lever {name}: solo {' '.join(options)}")
-            runs.run_tool("tools.captionbert.amoe.train", "solo", *options, "--seed", "0", "--model", config.model,
-                          "--data-dir", config.data_dir, "--tasks", *config.tasks,
-                          "--validation-rows", config.validation_rows, "--out", config.out / name)
-            metrics = runs.read_json(config.out / name / "metrics.json")
-            if metrics["trunk_hash"] != trunk["trunk_hash"]:
-                raise SystemExit(f"{config.out / name} trained on another trunk than {config.model}")
-            steps = runs.read_json(config.out / name / "config.json")["steps"]
-            rows.append(lever_row(name, steps, metrics, trunk))
+            rows.append(collective_lever(config, name, trunk) if name in COLLECTIVES
+                        else solo_lever(config, name, trunk))
             runs.write_json(config.out / "levers.json", {  # after every lever: a stopped run keeps its table so far
                 "model": str(config.model), "trunk": trunk, "rows": rows, "complete": len(rows) == len(config.only)})
     for row in rows:

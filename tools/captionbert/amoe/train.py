@@ -15,7 +15,8 @@ of arms and dispatch is the AMOE spec (shared_modeling/amoe.py).
 solo      one arm and its one routing key (a one-arm dispatch, weight tanh(u)) on one pair dataset
           (tools/captionbert/amoe/pairs.py), trunk frozen in eval mode, pure Adam (lr 1e-3, wd 0), fp32 with TF32 off.
           Losses
-          (shared_modeling/losses.py): in-batch InfoNCE, with the hard negative where the data has one (equiv), plus
+          (shared_modeling/losses.py): in-batch InfoNCE, with the hard negative where the data has one (equiv; or
+          with --triples-loss cosent, CoSENT ranking each anchor's positive above every hard negative), plus
           CoSENT over the MRPC labels so Quality-0 pairs rank below paraphrases (paraphrase); CoSENT on gold scores
           (sts); 1 - cosine of each text's embedding to its teacher embedding (an extraction folder, the "teacher"
           arm). Scores the arm on the validation suite and on STS-8. Writes
@@ -50,6 +51,7 @@ import json
 import math
 import shutil
 import sys
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -69,6 +71,7 @@ from tools.captionbert.amoe.harness import load_trunk, sts8_score, validation_sc
 CAPTIONBERT = registry.CAPTIONBERT.path
 CONTROL = "control"  # roster entry for the untrained control arm
 ALARM_PERPLEXITY, ALARM_SHARE, ALARM_STRIKES = 1.5, 0.02, 3
+TRIPLES_LOSSES = ("infonce", "cosent")  # SoloConfig.triples_loss
 
 
 @dataclass
@@ -110,6 +113,9 @@ class SoloConfig(Common):
     gate_init: float = GATE_INIT  # every site's gate logit at the start (the spec's -3: sigmoid .047)
     relational_weight: float = 0.0  # teacher arm: + this x MSE between the batch's student and teacher cosine
     #                                 matrices (the pairwise similarities STS scores), beside 1 - cosine per text
+    triples_loss: str = "infonce"  # data with a hard negative (equiv): "infonce" (in-batch, the negatives beside
+    #                                the batch's other positives) or "cosent" (each anchor's positive cosine ranked
+    #                                above every hard negative's: scores 1 and 0); a dispatch always uses infonce
     checkpoint_every: int = 40  # steps between atomic checkpoints
 
 
@@ -122,6 +128,7 @@ class DispatchConfig(Common):
     learning_rate: float = 5e-3  # routing keys only
     tau: float = TAU  # dispatch temperature
     alarm_every: int = 10  # steps between starvation checks
+    sts8: bool = False  # also score the roster on STS-8 and the Flickr8k gauge (the levers' collective row)
 
 
 @dataclass
@@ -162,6 +169,8 @@ def parse_config(argv):
             raise SystemExit(f"--{name.replace('_', '-')} must be positive")
     if config.batch_size < 2:
         raise SystemExit("--batch-size must be at least 2 (in-batch negatives)")
+    if mode == "solo" and config.triples_loss not in TRIPLES_LOSSES:
+        raise SystemExit(f"--triples-loss must be one of {', '.join(TRIPLES_LOSSES)}, got {config.triples_loss!r}")
     return mode, config
 
 
@@ -223,9 +232,9 @@ def embed(model, texts, max_length):
     return model(batch["input_ids"].to(model.device), batch["attention_mask"].to(model.device)).pooler_output
 
 
-def batch_loss(model, data, rows, config, relational_weight=0.0):
-    """The arm objective on rows of a PairSet (see the module docstring), a scalar; relational_weight: SoloConfig's,
-    for the teacher arm."""
+def batch_loss(model, data, rows, config, relational_weight=0.0, triples_loss="infonce"):
+    """The arm objective on rows of a PairSet (see the module docstring), a scalar; relational_weight and
+    triples_loss: SoloConfig's, for the teacher arm and the arms with a hard negative."""
     first = [data.first[i] for i in rows]
     if data.kind == "embedded":  # regression, not InfoNCE: a trunk distilled from the teachers already tells 16
         # texts' teacher embeddings apart (InfoNCE measured ~0.001 from the first steps on the demo trunk, no signal)
@@ -241,6 +250,10 @@ def batch_loss(model, data, rows, config, relational_weight=0.0):
     a, b, n = embeddings[:len(rows)], embeddings[len(rows):2 * len(rows)], embeddings[2 * len(rows):]
     if data.kind == "pairs":
         return symmetric_info_nce(a, b, config.temperature)
+    if data.kind == "triples" and triples_loss == "cosent":
+        cosines = torch.cat([F.cosine_similarity(a, b, dim=-1), F.cosine_similarity(a, n, dim=-1)])
+        return cosent(cosines, torch.cat([torch.ones(len(rows)), torch.zeros(len(rows))]).to(a.device),
+                      config.cosent_scale)
     if data.kind == "triples":
         return info_nce_with_hard_negatives(a, b, n, config.temperature)
     scores = torch.tensor([data.score[i] for i in rows], device=a.device)
@@ -325,7 +338,7 @@ def train_solo(config):
 
         def loss_at(step):
             loss = batch_loss(model, data, training.batch_at(step, len(data), batch_size, config.seed), config,
-                              config.relational_weight)
+                              config.relational_weight, config.triples_loss)
             monitor.end_step()
             budget = monitor.summary()["amplitude_budget"]
             monitor.reset()
@@ -349,7 +362,8 @@ def train_solo(config):
 
 def solo_spec(config):
     return {key: getattr(config, key) for key in ("steps", "batch_size", "learning_rate", "temperature",
-                                                  "cosent_scale", "max_length", "gate_init", "relational_weight")} | {
+                                                  "cosent_scale", "max_length", "gate_init", "relational_weight",
+                                                  "triples_loss")} | {
         "optimizer": "Adam (fused), weight decay 0", "precision": "fp32, TF32 off", "trunk": "frozen, eval mode"}
 
 
@@ -447,12 +461,16 @@ def run_dispatch(config):
         raise SystemExit("a dispatch needs at least one trained arm (a solo run folder) to draw data from")
     dispatch = build_collective(model, members, roster, config.seed, config.tau)
     writer = SummaryWriter(str(config.out / "tensorboard"))
+    started = time.perf_counter()
     record = train_dispatch(model, arms, streams, dispatch, config, writer)
+    record["training_minutes"] = round((time.perf_counter() - started) / 60, 2)
     writer.close()
     with attached(model, arms, dispatch):
         validation = pairs.validation_sets(config.data_dir, config.validation_rows)
         record["validation"] = validation_score(model, validation,
                                                 {stream.labelled_source for stream in streams.values()})
+        if config.sts8:
+            record["sts8"] = sts8_score(model, config)
     for name, arm in arms.items():
         save_arm(config.out / "amoe" / "arms" / f"{name}.safetensors", arm, name, trunk_id, {})
     save_dispatch(config.out / "amoe" / config.collective / "dispatch.safetensors", dispatch, trunk_id)
