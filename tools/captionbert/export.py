@@ -302,31 +302,46 @@ def amoe_context(select, arms_json, references=None, levers=None):
                "levers": None if levers is None else {"model": levers["model"], "table": levers_table(levers)},
                "learning_rate": f"{library[min(library)]['training']['learning_rate']:g}",
                "temperature": library[min(library)]["training"]["temperature"]}
+    rows, tasks = select["rows"], [t for t in sts.TASKS if t in select["rows"]["trunk"]]
+    trunk = rows["trunk"]
+    # the diagnostic of the selection's choice: what ships (the collective, or with none the bare trunk) against the
+    # best by STS-8 of the rosters tried and the trunk
+    tried = [(" + ".join(row["roster"]), row["sts8_gain"]) for row in diagnostic["rosters"]] + [("the bare trunk", 0.0)]
+    best_roster, best_gain = max(tried, key=lambda item: item[1])
+    chosen = rows["collective"] if select["shipped"] else trunk
+    context |= {"selected_sts8": f"{chosen['mean']:.4f}", "best_sts8": f"{trunk['mean'] + best_gain:.4f}",
+                "best_roster": best_roster, "within": trunk["mean"] + best_gain - chosen["mean"] <= 0.005,
+                **routing_rows(select)}
     if select["shipped"] is None:
         return context | {"reason": select["reason"][0].upper() + select["reason"][1:]}
-    rows, tasks = select["rows"], [t for t in sts.TASKS if t in select["rows"]["trunk"]]
-    trunk, collective, roster = rows["trunk"], rows["collective"], select["shipped"]["roster"]
+    collective, roster = rows["collective"], select["shipped"]["roster"]
     gain, above = collective["mean"] - trunk["mean"], sum(collective[t] > trunk[t] for t in tasks)
-    tried = [(row["roster"], row["sts8_gain"]) for row in diagnostic["rosters"]]
-    best_roster, best_gain = max(tried, key=lambda item: item[1])
+    gauge = {name: collective[f"flickr8k_{name}"] - trunk[f"flickr8k_{name}"] for name in ("recall@1", "mrr")}
     return context | {
         "collective": select["shipped"]["collective"], "roster": " + ".join(roster), "first_arm": roster[0],
         "gain": f"{gain:+.4f}", "above": above, "tasks": len(tasks), "meets_bar": gain > 0 and above >= len(tasks) - 1,
-        "gauge_gain": f"{collective['flickr8k_mrr'] - trunk['flickr8k_mrr']:+.4f}",
-        "selected_sts8": f"{collective['mean']:.4f}", "best_sts8": f"{trunk['mean'] + best_gain:.4f}",
-        "best_roster": " + ".join(best_roster), "within": trunk["mean"] + best_gain - collective["mean"] <= 0.005,
-        **routing_rows(select)}
+        "gauge_gain": f"{gauge['mrr']:+.4f}", "gauge_recall_gain": f"{gauge['recall@1']:+.4f}",
+        "caption_domain_kept": min(gauge.values()) >= -0.005}
 
 
-def routing_rows(select):
-    """The card's rows of the accepted rosters' amplitude budget and routing ("budget") and of the tau sweep
-    ("sweep"), from a select run that shipped a collective."""
-    accepted = [(step, step["candidates"][step["best"]]) for step in select["steps"] if step["verdict"] == "accepted"]
+def routing_rows(select, accepted_only=False):
+    """The card's rows of every roster's amplitude budget and routing the selection trained ("budget": each
+    candidate and control at each arm count, with its verdict; accepted_only: the accepted rosters alone, as the
+    legacy card shows them) and of the shipped collective's tau sweep ("sweep", empty when none ships), from a select
+    run."""
+    trials = [(step, name, trial, step["verdict"] if name == step["best"] else "not best")
+              for step in select["steps"] for name, trial in step["candidates"].items()]
+    trials += [(step, "control", step["control"], "control") for step in select["steps"]]
+    if accepted_only:
+        trials = [trial for trial in trials if trial[3] == "accepted"]
     return {
-        "budget": [{"arm_count": step["arm_count"], "roster": " + ".join(step["roster_before"] + [step["best"]]),
-                    "amplitude_budget": f"{best['amplitude_budget']:.3f}",
-                    "routing_spread": None if best["routing_spread"] is None else f"{best['routing_spread']:.3f}",
-                    "alarms": best["alarms"], "stopped": best["stopped"]} for step, best in accepted],
+        "budget": [{"arm_count": step["arm_count"], "roster": " + ".join(step["roster_before"] + [name]),
+                    "verdict": verdict,
+                    "amplitude_budget": None if trial["amplitude_budget"] is None
+                    else f"{trial['amplitude_budget']:.3f}",
+                    "routing_spread": None if trial["routing_spread"] is None else f"{trial['routing_spread']:.3f}",
+                    "alarms": trial["alarms"], "stopped": trial["stopped"]}
+                   for step, name, trial, verdict in sorted(trials, key=lambda item: item[0]["arm_count"])],
         "sweep": [{"tau": f"{row['tau']:.2f}", "stsb": f"{row['STS-B']:.4f}",
                    "amplitude_budget": None if row["amplitude_budget"] is None else f"{row['amplitude_budget']:.3f}"}
                   for row in select["tau_sweep"]]}
@@ -372,7 +387,7 @@ def legacy_amoe_context(select, arms_json):
         "arm_count": len(arms_json["arms"]), "collective": select["shipped"]["collective"],
         "roster": " + ".join(roster), "first_arm": roster[0], "gain": f"{gain:+.4f}", "above": above,
         "tasks": len(tasks), "meets_bar": gain > 0 and above >= len(tasks) - 1, "reaches_goal": gain >= 0.06,
-        **routing_rows(select),
+        **routing_rows(select, accepted_only=True),
         "library": [{"name": name, "source": arm["data"]["source"], "rows": f"{arm['data']['rows']:,}",
                      "held_out": f"{arm['data']['dropped_held_out']:,}", "steps": arm["training"]["steps"],
                      "batch_size": arm["training"]["batch_size"], "solo": f"{arm['solo_validation']['mean']:.4f}",

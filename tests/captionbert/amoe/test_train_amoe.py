@@ -300,6 +300,13 @@ def test_train_amoe_solo_dispatch_select_end_to_end(tiny_trunk, tmp_path, data_d
     assert any(line.startswith("| control (") for line in card.splitlines())
     cells = {cell.strip() for line in card.splitlines() if line.startswith("|") for cell in line.split("|")}
     assert not cells & {"None", "nan"}
+    recall_gain = collective["flickr8k_recall@1"] - record["rows"]["trunk"]["flickr8k_recall@1"]
+    assert f"its recall@1 is {recall_gain:+.4f}" in card and "the caption domain is " in card
+    assert f"What ships (the collective) scores STS-8 {collective['mean']:.4f}" in " ".join(card.split())
+    trained = sum(len(step["candidates"]) + 1 for step in record["steps"])  # every candidate and the control
+    verdicts = {"accepted", "rejected", "not best", "control"}
+    assert sum(line.split("|")[3].strip() in verdicts for line in card.splitlines()
+               if line.count("|") == 8) == trained  # the routing table: one row per roster trained
 
     diagnostic = record["validation_against_sts8"]
     assert [(row["candidate"], row["seed"]) for row in diagnostic["solo"]] == [
@@ -324,6 +331,7 @@ def test_train_amoe_solo_dispatch_select_end_to_end(tiny_trunk, tmp_path, data_d
     assert "**No collective ships with this build.**" in card and f"{record['bar']:.4f}" in card
     assert f"{record['steps'][0]['margin_over_control']:+.4f}" in card
     assert f"{record['rows']['solo paraphrase']['mean']:.4f}" in card
+    assert f"What ships (the bare trunk) scores STS-8 {record['rows']['trunk']['mean']:.4f}" in " ".join(card.split())
 
     # Such a folder: attach_amoe() raises naming its solo arms, and one arm attaches alone under its solo routing.
     folder = tmp_path / "hub-no-collective"
