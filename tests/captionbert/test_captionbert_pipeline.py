@@ -416,7 +416,11 @@ def test_an_extraction_is_arm_data_of_short_texts_with_the_reference_teachers_em
     assert data.name == "teacher" and data.kind == "embedded" and len(data) == len(data.target) > 0
     texts = corpus.read_texts(extraction / "texts.jsonl")
     assert all(len(text.split()) <= pairs.EMBEDDED_MAX_WORDS for text in data.first)
-    assert len(data) + data.dropped_held_out == sum(len(t.split()) <= pairs.EMBEDDED_MAX_WORDS for t in texts)
+    short = [t for t in texts if len(t.split()) <= pairs.EMBEDDED_MAX_WORDS]
+    forbidden = pairs.forbidden_texts(data_dir)  # held-out and validation texts: the corpus holds validation ones
+    assert len(data) + data.dropped_held_out == len(short)
+    assert data.dropped_held_out == sum(corpus.normalised(t) in forbidden for t in short)
+    assert not {corpus.normalised(t) for t in data.first} & forbidden
     manifest = json.loads((extraction / "manifest.json").read_text())
     teacher = next(t for t in manifest["teachers"] if t["name"] == manifest["reference"])
     every = pairs.load_embeddings(extraction, teacher)
