@@ -266,11 +266,14 @@ def test_levers_score_every_lever_on_the_same_three_sets(tmp_path, monkeypatch):
     monkeypatch.setattr(levers, "LEVERS", {"recipe": ("recipe", "tiny", list(map(str, TINY_CORPUS))),
                                            "hand50": ("surface", "hand", ["--hand-share", "0.5"])})
     monkeypatch.setattr(levers, "CROSSCHECK", ["--triples", "60"])
+    monkeypatch.setattr(levers, "STEP_SHARES", {"hand50": 0.5})  # half the contrastive steps of the options
     out = tmp_path / "levers"
     args = ["--out", str(out), *map(str, TINY_MODEL)]
     assert levers.main(args) == 0
     record = json.loads((out / "levers.json").read_text())
     assert record["complete"] and [row["name"] for row in record["rows"]] == ["recipe", "hand50"]
+    assert [row["contrastive_steps"] for row in record["rows"]] == [12, 6]
+    assert levers.contrastive_steps(["--preset", "paper"]) == 1250 and levers.contrastive_steps([]) == 1500
     assert json.loads((out / "hand50" / "corpus" / "config.json").read_text())["hand_share"] == 0.5
     assert json.loads((out / "hand50" / "corpus" / "config.json").read_text())["train_triples"] == 600
     sizes = {"validation": 60, "a": 300, "b": 60}  # every lever scored on the same sets

@@ -14,7 +14,8 @@ The sets, the same for every lever:
                 never chosen by.
 Each lever is a corpus (out/<name>/corpus: tools/glyph/corpus.py with the recipe's options, then the lever's own)
 and a training run on it (out/<name>/train: tools/glyph/train.py with the options after this tool's own, e.g. the
-steps, the same for every lever), then one evaluation per set (out/<name>/eval-<set>). Every part resumes and a
+steps, the same for every lever but those of STEP_SHARES, which train that share of the contrastive steps to spend
+about the recipe's minutes), then one evaluation per set (out/<name>/eval-<set>). Every part resumes and a
 finished one is skipped. out/levers.json holds one row per lever (training minutes; win rate, MRR@10 and the weakest
 family on each set), rewritten after each lever ("complete" once every lever named ran).
 """
@@ -26,6 +27,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from tools import runs
+from tools.glyph.data import PRESETS
 
 LEVERS = {  # name: (lever, what it changes against today's recipe, its corpus options)
     "recipe": ("recipe", "today's recipe: tools/glyph/corpus.py's defaults", []),
@@ -41,7 +43,12 @@ LEVERS = {  # name: (lever, what it changes against today's recipe, its corpus o
                  "part (`layer_12`, `v5`), a made-up code-like name (`tobe3li`)", ["--varied-share", "0.5"]),
     "deep25": ("depth", "a quarter of the training triples are chains of 5-8 atoms (binary depth 3-4; the others "
                "reach 3)", ["--deep-share", "0.25"]),
+    "varied50-eqmin": ("2 atom diversity", "varied50 at the recipe's minutes: its longer strings cost more a step, so "
+                       "it trains 0.73 of the contrastive steps", ["--varied-share", "0.5"]),
 }
+# Levers that train a share of the contrastive steps the training options give, so they spend about the recipe's
+# minutes: varied50 took 60.8 min to the recipe's 44.3 at 200 + 500 steps (stop 53's quick levers), 0.73 of them.
+STEP_SHARES = {"varied50-eqmin": 0.73}
 CROSSCHECK = []  # tools/glyph/crosscheck.py's options for set (b): its defaults
 SETS = ("validation", "a", "b")
 
@@ -61,9 +68,19 @@ def set_row(evaluation, label):
             "weakest_family": {"family": family, **weakest}}
 
 
+def contrastive_steps(training_options):
+    """The contrastive steps the training options give: their --contrastive-steps, else their preset's."""
+    parser = argparse.ArgumentParser(add_help=False, allow_abbrev=False)
+    parser.add_argument("--preset", choices=sorted(PRESETS), default="cpu")
+    parser.add_argument("--contrastive-steps", type=int)
+    known, _ = parser.parse_known_args(training_options)
+    return known.contrastive_steps or PRESETS[known.preset]["contrastive_steps"]
+
+
 def lever_row(name, train, evaluations):
     lever, change, options = LEVERS[name]
     return {"name": name, "lever": lever, "change": change, "corpus_options": options,
+            "contrastive_steps": train["contrastive"]["steps"],
             "training_minutes": round(train["mlm"]["training_minutes"] + train["contrastive"]["training_minutes"], 1),
             **{key: set_row(evaluations[key], name) for key in SETS}}
 
@@ -95,8 +112,11 @@ def main(argv=None):
             runs.run_tool("tools.glyph.corpus", "--out", folder / "corpus", *options)
             if runs.read_json(folder / "corpus" / "metrics.json")["test_sha256"] != test_sha256:
                 raise SystemExit(f"{folder / 'corpus'}: its test triples differ from the recipe's")
+            share = STEP_SHARES.get(name)  # the last --contrastive-steps is the one train.py reads
+            steps = [] if share is None else [
+                "--contrastive-steps", str(round(share * contrastive_steps(config.training_options)))]
             runs.run_tool("tools.glyph.train", "--corpus", folder / "corpus", "--out", folder / "train",
-                          *config.training_options)
+                          *config.training_options, *steps)
             evaluations = {}
             for key, corpus in sets.items():
                 evaluation = folder / f"eval-{key}"
