@@ -133,11 +133,12 @@ def solo_lever(config, name, trunk):
     return scored_row(name, lever, change, steps, metrics["training_minutes"], metrics, trunk)
 
 
-def collective_lever(config, name, trunk):
-    """Its member arms' solo levers (finished ones are found, not retrained), then a dispatch over them trained on
-    the union of their streams, in out/<name>; its row, whose minutes are the arms' and the dispatch's."""
+def collective_lever(config, name, trunk, done):
+    """Its member arms' solo levers (the rows `done` this run already holds, else trained or found finished), then a
+    dispatch over them trained on the union of their streams, in out/<name>; its row, whose minutes are the arms'
+    and the dispatch's."""
     lever, change, members = COLLECTIVES[name]
-    arms = [solo_lever(config, member, trunk) for member in members]
+    arms = [done.get(member) or solo_lever(config, member, trunk) for member in members]
     print(f"lever {name}: dispatch over {', '.join(members)}")
     runs.run_tool("tools.captionbert.amoe.train", "dispatch", *[item for member in members
                                                                 for item in ("--arm", config.out / member)],
@@ -168,8 +169,8 @@ def main(argv=None):
         trunk = trunk_scores(config)
         rows = []
         for name in config.only:
-            rows.append(collective_lever(config, name, trunk) if name in COLLECTIVES
-                        else solo_lever(config, name, trunk))
+            rows.append(collective_lever(config, name, trunk, {row["name"]: row for row in rows})
+                        if name in COLLECTIVES else solo_lever(config, name, trunk))
             runs.write_json(config.out / "levers.json", {  # after every lever: a stopped run keeps its table so far
                 "model": str(config.model), "trunk": trunk, "rows": rows, "complete": len(rows) == len(config.only)})
     for row in rows:

@@ -250,11 +250,11 @@ def batch_loss(model, data, rows, config, relational_weight=0.0, triples_loss="i
     a, b, n = embeddings[:len(rows)], embeddings[len(rows):2 * len(rows)], embeddings[2 * len(rows):]
     if data.kind == "pairs":
         return symmetric_info_nce(a, b, config.temperature)
-    if data.kind == "triples" and triples_loss == "cosent":
-        cosines = torch.cat([F.cosine_similarity(a, b, dim=-1), F.cosine_similarity(a, n, dim=-1)])
-        return cosent(cosines, torch.cat([torch.ones(len(rows)), torch.zeros(len(rows))]).to(a.device),
-                      config.cosent_scale)
     if data.kind == "triples":
+        if triples_loss == "cosent":  # each anchor's positive (score 1) ranked above every hard negative (score 0)
+            cosines = torch.cat([F.cosine_similarity(a, b, dim=-1), F.cosine_similarity(a, n, dim=-1)])
+            return cosent(cosines, (torch.arange(len(cosines), device=a.device) < len(rows)).float(),
+                          config.cosent_scale)
         return info_nce_with_hard_negatives(a, b, n, config.temperature)
     scores = torch.tensor([data.score[i] for i in rows], device=a.device)
     loss = cosent(F.cosine_similarity(a, b, dim=-1), scores, config.cosent_scale)
