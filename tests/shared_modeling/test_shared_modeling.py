@@ -6,6 +6,7 @@ import pytest
 import torch
 
 from shared_modeling.geometry import cayley_menger_volume, erank, orthogonal_procrustes, pentachoron_cv, self_cos
+from shared_modeling.identity import embedding_space
 from shared_modeling.layers import Encoder, TokenLayout, attention
 from shared_modeling.losses import (pentachoron_cv_loss, per_sample_mse, procrustes_residual,
                                     symmetric_info_nce)
@@ -194,3 +195,17 @@ def test_pentachoron_cv_loss_pulls_toward_its_target():
     assert all(torch.isfinite(points.grad).all() and points.grad.abs().sum() > 0 for points in sets)
     with pytest.raises(ValueError, match="no point set"):
         pentachoron_cv_loss([], 0.1, 8)
+
+
+def test_embedding_space_covers_the_config_fields_that_run_the_weights():
+    from transformers import RobertaConfig  # glyph's config class; captionbert's and geolip's declare theirs alike
+
+    weights = "ab" * 32
+    config = RobertaConfig(hidden_size=64, num_attention_heads=4, intermediate_size=128)
+    space = embedding_space(weights, config=config)
+    assert len(space) == 12 and space != embedding_space(weights) == weights[:12]
+    renamed = RobertaConfig(**{**config.to_dict(), "_name_or_path": "elsewhere/copy"})
+    assert embedding_space(weights, config=renamed) == space  # where it was loaded from is not its behaviour
+    for field, value in (("num_attention_heads", 8), ("layer_norm_eps", 1e-5)):  # tensors keep their shapes
+        edited = RobertaConfig(**{**config.to_dict(), field: value})
+        assert embedding_space(weights, config=edited) != space, field

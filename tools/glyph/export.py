@@ -261,7 +261,8 @@ def main(argv=None):
               f"over AutoModel matches it (max gap {manual_gap:.1e})")
 
         # A stock RobertaModel cannot compute its embedding-space id: it is computed here and written into config.json.
-        space = embedding_space(trunk_hash(AutoModel.from_pretrained(config.to)))
+        stock = AutoModel.from_pretrained(config.to)
+        space = embedding_space(trunk_hash(stock), config=stock.config)
         folder_config = runs.read_json(config.to / "config.json")
         runs.write_json(config.to / "config.json", {**folder_config, "embedding_space": space})
         path = gguf.export_gguf(config.to, config.to / f"{MODEL}-f16.gguf", "f16", name=MODEL)
