@@ -188,6 +188,20 @@ def tiny_trunk(tmp_path_factory):
 
 
 @pytest.mark.slow
+def test_a_solo_arm_at_its_last_sites_adds_exact_zeros_at_the_others(tiny_trunk, tmp_path, data_dir):
+    run = ["solo", "--data", "equiv", "--steps", "3", "--learning-rate", "0.01", "--batch-size", "8", "--no-sts8",
+           "--validation-rows", "40", "--model", str(tiny_trunk), "--data-dir", str(data_dir)]
+    assert amoe_train.main([*run, "--sites", "1", "--out", str(tmp_path / "last1")]) == 0
+    with safe_open(tmp_path / "last1" / "amoe" / "arms" / "equiv.safetensors", "pt") as arm:
+        last = max(int(key.split(".")[1]) for key in arm.keys())
+        for block in range(last + 1):
+            moved = any(arm.get_tensor(f"blocks.{block}.head_out.{name}").any() for name in ("weight", "bias"))
+            assert moved == (block == last), block  # three Adam steps moved the trained site only
+    with pytest.raises(SystemExit, match="--sites must be in"):
+        amoe_train.main([*run, "--sites", str(last + 2), "--out", str(tmp_path / "too-many")])
+
+
+@pytest.mark.slow
 def test_train_amoe_solo_dispatch_select_end_to_end(tiny_trunk, tmp_path, data_dir, monkeypatch):
     from transformers import AutoModel
 

@@ -53,6 +53,8 @@ LEVERS = {  # name: (lever, what it changes against today's recipe, its solo opt
                              [*RECIPE, "--relational-weight", "10"]),
     "teacher-1920": ("3 optimisation", "twice the steps (twice the minutes)",
                      ["--data", "{extract}", "--steps", "1920"]),
+    "teacher-sites6": ("3 capacity", "the arm at the last 6 of the 12 blocks only (the others add exact zeros)",
+                       [*RECIPE, "--sites", "6"]),
 }
 COLLECTIVES = {  # name: (lever, what it changes, the levers whose arms it routes between): a dispatch trained on the
     #              union of their streams, its minutes the arms' plus its own

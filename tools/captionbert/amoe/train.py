@@ -111,6 +111,8 @@ class SoloConfig(Common):
     #                 "consensus" or the teacher's name for an alignment folder)
     sts8: bool = True  # score the trained arm on STS-8 too (ARMS.json lists solo scores per task)
     gate_init: float = GATE_INIT  # every site's gate logit at the start (the spec's -3: sigmoid .047)
+    sites: int = 0  # train the arm at the trunk's last this-many blocks only (0: at every block, the spec's arm); the
+    #                 other sites stay frozen at their zero output projection, so they add exact zeros (same file)
     relational_weight: float = 0.0  # teacher arm: + this x MSE between the batch's student and teacher cosine
     #                                 matrices (the pairwise similarities STS scores), beside 1 - cosine per text
     triples_loss: str = "infonce"  # data with a hard negative (equiv): "infonce" (in-batch, the negatives beside
@@ -328,6 +330,10 @@ def train_solo(config):
     validation = pairs.validation_sets(config.data_dir, config.validation_rows)
     model, trunk_id = load_trunk(config)
     arm = fresh_arm(model, config.seed, config.gate_init)
+    if not 0 <= config.sites <= len(arm.blocks):
+        raise SystemExit(f"--sites must be in [0, {len(arm.blocks)}] (the trunk's blocks), got {config.sites}")
+    for site in arm.blocks[:len(arm.blocks) - config.sites] if config.sites else []:
+        site.requires_grad_(False)  # never optimised: its zero output projection adds exact zeros
     dispatch = fresh_dispatch(model, [name], config.seed)
     trained = torch.nn.ModuleDict({"arm": arm, "dispatch": dispatch})  # what the loop optimises and checkpoints
     batch_size = min(config.batch_size, len(data))
@@ -363,7 +369,7 @@ def train_solo(config):
 def solo_spec(config):
     return {key: getattr(config, key) for key in ("steps", "batch_size", "learning_rate", "temperature",
                                                   "cosent_scale", "max_length", "gate_init", "relational_weight",
-                                                  "triples_loss")} | {
+                                                  "triples_loss", "sites")} | {
         "optimizer": "Adam (fused), weight decay 0", "precision": "fp32, TF32 off", "trunk": "frozen, eval mode"}
 
 
