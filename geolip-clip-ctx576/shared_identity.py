@@ -42,9 +42,10 @@ def config_hash(config):
 
 
 def embedding_space(weights_hash, arm_hashes=None, config=None):
-    """The short id of an embedding space: the first 12 hex digits of the model's weights hash, or with its config
-    (config_hash) of both; with arms on, followed by `+amoe(<enabled arms, in roster order>):<8 hex digits>` naming the enabled arms' and the dispatch's
-    weights (arm_hashes: {name: hash}, the dispatch's under "dispatch")."""
+    """The short id of an embedding space: the first 12 hex digits of the model's weights hash, or given its config,
+    of a hash of both (config_hash); with arms on, followed by `+amoe(<enabled arms, in roster order>):<8 hex
+    digits>` naming the enabled arms' and the dispatch's weights (arm_hashes: {name: hash}, the dispatch's under
+    "dispatch")."""
     space = (hashlib.sha256(f"{weights_hash}|{config_hash(config)}".encode()).hexdigest() if config is not None
              else weights_hash)[:12]
     if arm_hashes:

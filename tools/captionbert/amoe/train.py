@@ -332,7 +332,8 @@ def train_solo(config):
     arm = fresh_arm(model, config.seed, config.gate_init)
     if not 0 <= config.sites <= len(arm.blocks):
         raise SystemExit(f"--sites must be in [0, {len(arm.blocks)}] (the trunk's blocks), got {config.sites}")
-    for site in arm.blocks[:len(arm.blocks) - config.sites] if config.sites else []:
+    frozen = len(arm.blocks) - config.sites if config.sites else 0
+    for site in arm.blocks[:frozen]:
         site.requires_grad_(False)  # never optimised: its zero output projection adds exact zeros
     dispatch = fresh_dispatch(model, [name], config.seed)
     trained = torch.nn.ModuleDict({"arm": arm, "dispatch": dispatch})  # what the loop optimises and checkpoints
