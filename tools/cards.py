@@ -106,11 +106,15 @@ def front_matter(*, library_name, pipeline_tag, tags, datasets, model_name, resu
     return f"---\n{data.to_yaml()}\n---\n"
 
 
-def embedding_space_paragraph(space, accessor):
-    """The card's note on the embedding-space id (shared_modeling/identity.py), read from the exported folder."""
-    return (f"**Embedding space: `{space}`** (`{accessor}`), a hash of these weights. Store it with any index built "
-            "from these embeddings and query that index only with a model that reports the same id: two trainings "
-            "of the same code give unrelated spaces.")
+def embedding_space_paragraph(export, accessor):
+    """The card's note on the embedding-space id (shared_modeling/identity.py), read from the export record; an export
+    that hashed the config fields with the weights (identity.embedding_space's config) says so in the record, and
+    records written before that field existed hashed the weights alone."""
+    covers_config = export.get("embedding_space_covers_config", False)
+    hashed = "these weights and of the config fields that run them" if covers_config else "these weights"
+    return (f"**Embedding space: `{export['embedding_space']}`** (`{accessor}`), a hash of {hashed}. Store it with "
+            "any index built from these embeddings and query that index only with a model that reports the same id: "
+            "two trainings of the same code give unrelated spaces.")
 
 
 def inputs_and_threads_paragraph(extra_state=""):

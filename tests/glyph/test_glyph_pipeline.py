@@ -241,6 +241,8 @@ def test_export_fills_a_folder_that_loads_without_custom_code_and_in_llama_cpp(t
     assert "independent generator (60 triples)" in card and "before the project had a second test set" not in card
     assert card.count("type: glyph-notation-independent") == 1  # (b) is a dataset of its own in the model-index
     assert "library_name: sentence-transformers" in card and "(training_curve.png)" in card
+    assert f"`{record['embedding_space']}`** (`config.json: embedding_space`), a hash of these weights and of the " \
+           "config fields that run them" in card  # the id covers the config (identity.config_hash), and says so
     assert (hub / "training_curve.png").is_file() and not list(hub.glob("*.py"))
     assert_card_from_records(tmp_path / "export", hub)
     from transformers import AutoModel

@@ -430,7 +430,7 @@ def card_context(metrics, extract_manifest, extraction, align_report, distill_me
         "training_rows": f"{distill_metrics['training_rows']:,}", "steps": f"{distill_metrics['steps']:,}",
         "batch_size": distill_config["batch_size"], "trained_length": f"{distill_metrics['trained_length']:,}",
         "inputs_and_threads": cards.inputs_and_threads_paragraph(", `attach_amoe()`, `set_amoe()` and `detach_amoe()`"),
-        "embedding_space": cards.embedding_space_paragraph(export["embedding_space"], "model.embedding_space"),
+        "embedding_space": cards.embedding_space_paragraph(export, "model.embedding_space"),
         "embedding_space_with_arms": export["embedding_space_with_arms"],
         "gauge_rows": f"{student['gauge_rows']:,}", "sts_table": sts_table(metrics, extract_manifest),
         "long": None if long_inputs is None else long_inputs_context(long_inputs),

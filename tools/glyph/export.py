@@ -180,8 +180,7 @@ def card_context(corpus, train_config, train, evaluation, export, model_config, 
         "parameters_millions": f"{train['parameters'] / 1e6:.1f}", "parameters": f"{train['parameters']:,}",
         "mlm": stage_values(train["mlm"], train_config["mlm_learning_rate"]),
         "contrastive": stage_values(train["contrastive"], train_config["contrastive_learning_rate"]),
-        "embedding_space_paragraph": cards.embedding_space_paragraph(export["embedding_space"],
-                                                                     "config.json: embedding_space"),
+        "embedding_space_paragraph": cards.embedding_space_paragraph(export, "config.json: embedding_space"),
         "gguf_rows": "\n".join(
             f"| `{g['file']}` | {g['bytes'] / 2**20:.1f} MiB | {g['tokens_identical']}/{g['strings']} | "
             f"{g['min_cosine']:.6f} | {g['mean_cosine']:.6f} |" for g in export["gguf"].values()),
@@ -273,6 +272,7 @@ def main(argv=None):
                   "llama_cpp_python": metadata.version("llama-cpp-python"),
                   "weights_sha256": encoders.weights_hash(config.to),
                   "files_sha256": registry.GLYPH.weights_sha256(config.to), "embedding_space": space,
+                  "embedding_space_covers_config": True,
                   "goal_win_rate": config.goal_win_rate, "goal_mrr_at_10": config.goal_mrr_at_10}
         runs.write_json(config.out / "metrics.json", export)
         path = config.to / "README.md"
