@@ -106,15 +106,15 @@ class AmoeMixin:
 
     @property
     def embedding_space(self):
-        """The short id of the space this model embeds into (shared_identity.py): a hash of the trunk's weights and,
-        with arms enabled, of those arms and the dispatch. Store it with an index built from these embeddings, and
-        query that index only with a model reporting the same id."""
+        """The short id of the space this model embeds into (shared_identity.py): a hash of the trunk's weights and
+        of the config fields that run them, and with arms enabled of those arms and the dispatch. Store it with an
+        index built from these embeddings, and query that index only with a model reporting the same id."""
         state = self._amoe
         if state is None:
-            return embedding_space(trunk_hash(self))
+            return embedding_space(trunk_hash(self), config=self.config)
         enabled = {name: trunk_hash(state.arms[name]) for name in state.switch.current()}  # none: the bare trunk
         return embedding_space(state.trunk_hash, {**enabled, "dispatch": trunk_hash(state.dispatch)} if enabled
-                               else None)
+                               else None, config=self.config)
 
     def save_pretrained(self, *args, **kwargs):
         """transformers' save_pretrained, refused while arms are attached (their wrapped keys are not the trunk's;

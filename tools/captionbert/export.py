@@ -578,7 +578,7 @@ def main(argv=None):
                 print(f"attach_amoe() loads the collective {roster}")
             print("amoe_off() equals the bare trunk exactly")
         export = {"parameters": exported["parameters"], "sentence_transformers_max_gap": st_gap,
-                  "embedding_space": exported["embedding_space"],
+                  "embedding_space": exported["embedding_space"], "embedding_space_covers_config": True,
                   "embedding_space_with_arms": exported.get("embedding_space_with_arms"),
                   "roster": exported.get("roster"), "weights_sha256": encoders.weights_hash(config.to),
                   "files_sha256": registry.CAPTIONBERT.weights_sha256(config.to), "goal_mean": config.goal_mean}
