@@ -238,9 +238,10 @@ def arm_flops_per_token(hidden, arms):
 
 
 def shipped_arm_count():
-    """Arms in captionbert-8192-v2's shipped collective (the roster in its ARMS.json); 0 when it ships none."""
+    """Arms in captionbert-8192-v2's shipped collective (the roster in its ARMS.json, null when select shipped
+    none); 0 when it ships none."""
     arms_json = CAPTIONBERT / "amoe" / "arms" / "ARMS.json"
-    return len(json.loads(arms_json.read_text())["roster"]) if arms_json.is_file() else 0
+    return len(json.loads(arms_json.read_text())["roster"] or []) if arms_json.is_file() else 0
 
 
 def write_random_collective(folder, model, arms, seed):

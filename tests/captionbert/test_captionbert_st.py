@@ -114,10 +114,17 @@ def test_the_shipped_model_in_sentence_transformers(shipped):
     np.testing.assert_allclose(st.encode(texts), expected, atol=TOLERANCE, rtol=0)
 
 
-def test_the_shipped_collective_in_sentence_transformers(shipped):
+def test_the_shipped_arms_in_sentence_transformers(shipped):
+    """The shipped collective, or when select shipped none (attach_amoe() then raises naming the solo arms), the
+    first shipped solo arm: on in the model and in the SentenceTransformer alike."""
     model, st, texts = shipped
-    model.attach_amoe()
-    st[0].auto_model.attach_amoe()
+    library = json.loads((CAPTIONBERT / "amoe" / "arms" / "ARMS.json").read_text())
+    arms = None if library["roster"] else [min(library["arms"])]
+    if arms:
+        with pytest.raises(FileNotFoundError, match=f"ships no collective.*{arms[0]}"):
+            model.attach_amoe()
+    model.attach_amoe(arms)
+    st[0].auto_model.attach_amoe(arms)
     try:
         arms = model.encode(texts)
         with model.amoe_off():
