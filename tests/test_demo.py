@@ -85,7 +85,8 @@ def test_the_demo_steps_name_their_inputs(budget):
     assert len(set(names)) == len(names)  # one folder per step
     assert all(step.out == f"{demo.BUDGETS[budget].root}/{step.name}" for step in listed)
     by_name = dict(zip(names, listed))
-    assert demo.reads(by_name["amoe/select"], by_name["amoe/solo/paraphrase-seed1"])  # --solo holds the solo runs
+    assert demo.reads(by_name["amoe/select"], by_name["amoe/solo/teacher-seed1"])  # --solo holds the solo runs
+    assert demo.reads(by_name["amoe/solo/silver-seed0"], by_name["amoe/silver"])  # its pairs file
     assert not demo.reads(by_name["geolip/train"], by_name["distill"])
     # The card's rows: the same budget from scratch beside the shipped init, and the long-input table.
     assert demo.reads(by_name["eval"], by_name["distill"]) and demo.reads(by_name["eval"], by_name["distill-scratch"])
@@ -99,7 +100,6 @@ def test_the_demo_steps_name_their_inputs(budget):
                                                                                  Config.holdout_rows)
     assert int(fit) + int(held) <= sample
     if budget == "cpu":
-        assert demo.reads(by_name["amoe/solo/silver-seed0"], by_name["amoe/silver"])  # its pairs file
         assert demo.reads(by_name["geolip/export"], by_name["geolip/eval-seg55"])  # the ablation row
         assert demo.reads(by_name["amoe/levers"], by_name["distill"])  # the levers measured on the trunk built
         assert demo.reads(by_name["captionbert/export"], by_name["amoe/levers"])  # the card's levers table
