@@ -83,8 +83,8 @@ BUDGETS = {
     # make demo's default: the same steps with shorter training and so weaker models (the cards say which goals they
     # miss): 12,000 of the ~53,000 captions, 160 distillation steps (and as many for the from-scratch row), the two arm
     # candidates that beat the trunk on validation in the cpu build (silver .7465, teacher .7481 against the trunk's
-    # .7427; equiv .7302 and paraphrase .6946 fell below it, and their wider seed spread raises select's bar) at a
-    # third of the cpu steps, a third of glyph's steps, 3/8 of geolip's, no ablation.
+    # .7427; equiv .7302 and paraphrase .6946 fell below it, and paraphrase's seed spread, .0110, set that build's
+    # bar) at a third of the cpu steps, a third of glyph's steps, 3/8 of geolip's, no ablation.
     "quick": Budget(root="runs/quick", extract=("--sample", "12000"),
                     align=("--fit-rows", "8000", "--holdout-rows", "2000"),
                     distill=("--steps", "160", "--warmup-steps", "16"),
