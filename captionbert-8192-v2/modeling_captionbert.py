@@ -72,7 +72,8 @@ class CaptionBertModel(TextEncoderMixin, AmoeMixin, CaptionBertPreTrainedModel):
         """input_ids, attention_mask: (B, T). Returns BaseModelOutputWithPooling with
         last_hidden_state = token states (B, T, D), zeros at padded positions, and pooler_output = the
         L2-normalised embedding (B, E); with return_dict=False, the tuple (last_hidden_state, pooler_output).
-        Rows padded on the right (the tokenizer's padding); past config.trained_length a row is cut as encode cuts it."""
+        Rows padded on the right (the tokenizer's padding); past config.trained_length a row is cut as encode cuts
+        it."""
         if attention_mask is None:
             attention_mask = torch.ones_like(input_ids)
         limit = self.config.trained_length

@@ -21,6 +21,7 @@ import re
 import shutil
 import warnings
 from pathlib import Path
+from types import MappingProxyType
 from typing import NamedTuple
 
 import torch
@@ -230,7 +231,8 @@ class ArmSwitch:
     wrapped layer of that pass sees the same roster, whatever another thread sets meanwhile. `pinned(())` turns
     every arm off for the calling thread's context alone (amoe_off). `set` changes the model for every thread."""
 
-    _pins = contextvars.ContextVar("amoe_pins", default={})  # {id(switch): roster} pinned in this context
+    # {id(switch): roster} pinned in this context; read-only, every pin sets a new mapping
+    _pins = contextvars.ContextVar("amoe_pins", default=MappingProxyType({}))
 
     def __init__(self, roster):
         self.roster = tuple(roster)

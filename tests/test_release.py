@@ -103,7 +103,8 @@ def test_a_release_copies_the_build_and_mirrors_its_json_records(project):
     assert cards.released(GLYPH) == (records, records / "runs/demo/glyph/export")
     readme = (project / "README.md").read_text()
     assert f"| {GLYPH.folder} | cpu budget | win rate | held out | 0.7500 | general | 0.1250 |" in readme
-    assert f"| `{GLYPH.folder}` | glyph | 256 tokens | 256-d | cosine | win rate: **0.7500** | general: 0.1250 |" in readme
+    assert (f"| `{GLYPH.folder}` | glyph | 256 tokens | 256-d | cosine | win rate: **0.7500** | general: 0.1250 |"
+            in readme)
     assert "| captionbert-8192-v2 | not released | | | | | |" in readme
     assert "| `make test` | the test suite" in readme and "not measured yet" in readme
 

@@ -89,7 +89,8 @@ def parse_config(argv):
         try:
             validate_repo_id(repo_id(config, folder))
         except HFValidationError as problem:
-            raise SystemExit(f"--repo-prefix {config.repo_prefix!r} does not make a valid repo id: {problem}")
+            raise SystemExit(f"--repo-prefix {config.repo_prefix!r} does not make a valid repo id: "
+                             f"{problem}") from problem
     names = [folder.name for folder in config.folders]
     if len(set(names)) < len(names):
         raise SystemExit(f"two folders would go to the same repo: {names}")
@@ -115,7 +116,7 @@ def manifest(folder):
                                                for key in ("file", "routing") if key in arm)}
         except (ValueError, KeyError, TypeError, AttributeError) as problem:
             raise SystemExit(f"{arms_json} does not list the AMOE library (arms: {{name: {{file, routing}}}}): "
-                             f"{problem!r}")
+                             f"{problem!r}") from problem
         if library.get("collective"):
             names.add(f"amoe/{library['collective']}/dispatch.safetensors")
     return names

@@ -54,7 +54,8 @@ def alignment(tmp_path_factory, extraction):
 @pytest.fixture(scope="session")
 def tiny_student(tmp_path_factory):
     """A tiny captionbert folder whose output width matches the tiny reference teacher (48)."""
-    return captionbert_copy(tmp_path_factory.mktemp("student") / "captionbert", **{**TINY_CAPTIONBERT, "output_dim": 48})
+    folder = tmp_path_factory.mktemp("student") / "captionbert"
+    return captionbert_copy(folder, **{**TINY_CAPTIONBERT, "output_dim": 48})
 
 
 # ---- corpus ---------------------------------------------------------------------------------------------------------

@@ -197,8 +197,9 @@ def test_a_run_started_from_the_blend_fits_its_weight_on_training_texts_as_the_e
     untrained = geolip_data.build_model(config, 48)
     save_stored(untrained, tmp_path / "untrained", config.save_dtype)
     geolip_data.store_base_apart(tmp_path / "untrained")
-    assert (tmp_path / "untrained" / "base.safetensors").read_bytes() == (out / "final" / "base.safetensors").read_bytes()
-    assert (tmp_path / "untrained" / "memory.safetensors").read_bytes() != (out / "final" / "memory.safetensors").read_bytes()
+    untrained, trained = tmp_path / "untrained", out / "final"
+    assert (untrained / "base.safetensors").read_bytes() == (trained / "base.safetensors").read_bytes()
+    assert (untrained / "memory.safetensors").read_bytes() != (trained / "memory.safetensors").read_bytes()
 
 
 @pytest.mark.slow

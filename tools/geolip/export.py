@@ -233,9 +233,9 @@ def card_context(train_config, train, evaluation, export, ablation=None):
     source = "ImageInWords" if train_config["texts"] is None else Path(train_config["texts"]).name
     source_id = "google/imageinwords" if source == "ImageInWords" else None
     measured = [(key, metric, name) for key, metric, name in (
-        ("m_acc", "accuracy", "m_acc (top-1 retrieval of the teacher embedding)"), ("recall_at_5", "recall", "recall@5"),
-        ("mrr", "mrr", "MRR"), ("spliced_top1", "accuracy",
-                                f"spliced-tails top-1 (of {splice['k']}, {splice['groups']} groups)"))
+        ("m_acc", "accuracy", "m_acc (top-1 retrieval of the teacher embedding)"),
+        ("recall_at_5", "recall", "recall@5"), ("mrr", "mrr", "MRR"),
+        ("spliced_top1", "accuracy", f"spliced-tails top-1 (of {splice['k']}, {splice['groups']} groups)"))
         if memory[key] is not None]
     held_out = f"{source} held-out long descriptions ({evaluation['gallery']})"
     results = [{"task_type": "feature-extraction", "dataset_type": source_id or source, "dataset_name": held_out,

@@ -426,7 +426,7 @@ def _negated(node):
 def rewrite_sites(tree):
     """(kind, path) of every meaning-preserving rewrite this file knows."""
     sites = []
-    for path, node, parent in positions(tree):
+    for path, node, _ in positions(tree):
         sites.append(("double negation", path))
         match node:
             case Binary(op) if op in MIRROR:
