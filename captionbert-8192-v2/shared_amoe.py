@@ -1,8 +1,9 @@
 # Generated from shared_modeling/amoe.py by `make vendor`. Do not edit: edit the source and regenerate.
 """AMOE arms: small adapters on a frozen trunk's residual stream, mixed per token by a sinh/cosh dispatch.
 
-The maths is the contract in ../shared/specs/amoe.md. An arm has one `ArmSite` after every transformer block; a
-`Dispatch` has one `BlockDispatch` per block; `AmoeLayer` wraps a trunk layer (kept as `base_layer`) and adds
+The maths, which this file is the whole of (the classes below write out each term). An arm has one `ArmSite` after
+every transformer block; a `Dispatch` has one `BlockDispatch` per block; `AmoeLayer` wraps a trunk layer (kept as
+`base_layer`) and adds
 
     y = x + sum over ENABLED arms k of (w_k / z) * delta_k(x),   w_k = sinh(u_k),  z = sum over ALL arms cosh(u_j)
 
@@ -202,7 +203,7 @@ def compiled_arm_step():
     ops fuse into a few loops; compiled on its first call per roster, shared by every model in the process. None,
     with a warning that says why, where no C++ compiler is found: the arms then run eagerly."""
     if not any(name and shutil.which(name) for name in (os.environ.get("CXX"), "g++", "c++", "clang++")):
-        warnings.warn("compile=True needs a C++ compiler for torch.compile's CPU backend (g++ or clang++ on PATH, or "
+        warnings.warn("compiled=True needs a C++ compiler for torch.compile's CPU backend (g++ or clang++ on PATH, or "
                       "$CXX) and none was found: the arms run eagerly, at eager speed", stacklevel=3)
         return None
     return torch.compile(arm_step, dynamic=True)

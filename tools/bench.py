@@ -333,7 +333,7 @@ def build_setup(config):
 
     linear_weights = sum(m.weight.numel() for m in captionbert.encoder.modules() if isinstance(m, nn.Linear))
     flops = model_flops(sorted_lengths, linear_weights, shape["hidden_size"], shape["num_hidden_layers"])
-    precision = training.resolve_precision("auto", "cpu")  # what distill_captionbert --precision auto runs
+    precision = training.resolve_precision("auto", "cpu")  # what tools.captionbert.train --precision auto runs
     dtypes = list(dict.fromkeys(("fp32", precision)))  # bf16 too where the hardware computes it
     return Setup(texts, tokenizer, batches, lengths, sorted_lengths, shape, captionbert, bert, linear_weights, flops,
                  precision, dtypes)

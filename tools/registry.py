@@ -104,13 +104,6 @@ BY_FOLDER = {pipeline.folder: pipeline for pipeline in PIPELINES}
 CAPTIONBERT, GLYPH, GEOLIP = PIPELINES
 
 
-def of_folder(folder):
-    """The pipeline whose Hub folder has this folder's name, or SystemExit naming the known ones."""
-    pipeline = BY_FOLDER.get(folder.name)
-    if pipeline is None:
-        raise SystemExit(f"{folder}: not one of the bundle's Hub folders ({', '.join(BY_FOLDER)})")
-    return pipeline
-
 # The module names of the steps before tools/ was grouped by pipeline. Run records written before then name these
 # tools, and tools/demo.py's step fingerprints keep hashing these names, so that runs finished before the regroup
 # stay finished (a fingerprint's meaning is the step's command, not where its module lives) and their cards

@@ -1,5 +1,5 @@
-"""The captionbert build pipeline: corpus -> extract_teachers -> align_teachers -> distill_captionbert -> evaluate ->
-export_captionbert, on tiny random teachers and 200 real captions; Procrustes on synthetic data with known answers;
+"""The captionbert build pipeline: corpus -> extract -> align -> train (distillation) -> evaluate ->
+export, on tiny random teachers and 200 real captions; Procrustes on synthetic data with known answers;
 resumption after kill -9; 2-process extraction."""
 
 import json
