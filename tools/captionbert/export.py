@@ -31,7 +31,6 @@ What it does:
 import argparse
 import shutil
 import sys
-import textwrap
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -116,43 +115,6 @@ def write_sentence_transformers_files(folder):
     for name, payload in sentence_transformers_files(runs.read_json(Path(folder) / "config.json")).items():
         runs.write_json(Path(folder) / name, payload)
 
-
-def fresh_process_embeddings(folder, amoe=False, sentence_transformers=False, identity=False):
-    """Embeddings of PROBE_TEXTS from `folder`, loaded by AutoModel in a new Python process. amoe: also attach the
-    shipped collective and return its embeddings ("amoe") and those with every arm off ("amoe_off"); where no
-    collective ships, attach_amoe()'s error ("no_collective") and the first solo arm's embeddings instead.
-    sentence_transformers: also load the folder with SentenceTransformer and return its embeddings and width.
-    identity: also return its embedding_space id, and with amoe the id with the collective on."""
-    script = textwrap.dedent(f"""
-        import importlib.util, json, sys
-        from pathlib import Path
-        from transformers import AutoModel
-        assert importlib.util.find_spec("shared_modeling") is None, "the project must not be importable here"
-        model = AutoModel.from_pretrained(sys.argv[1], trust_remote_code=True)
-        result = {{"parameters": sum(p.numel() for p in model.parameters()),
-                   "embeddings": model.encode({PROBE_TEXTS!r}, show_progress_bar=False).tolist()}}
-        if {identity!r}:
-            result["embedding_space"] = model.embedding_space
-        if {sentence_transformers!r}:
-            from sentence_transformers import SentenceTransformer
-            st = SentenceTransformer(sys.argv[1], trust_remote_code=True, local_files_only=True, device="cpu")
-            result["sentence_transformers"] = st.encode({PROBE_TEXTS!r}, show_progress_bar=False).tolist()
-            result["sentence_transformers_dimension"] = st.get_embedding_dimension()
-        if {amoe!r}:
-            try:
-                model.attach_amoe()
-            except FileNotFoundError as error:  # no collective ships: the error names the solo arms; take the first
-                result["no_collective"] = str(error)
-                model.attach_amoe([min(p.stem for p in (Path(sys.argv[1]) / "amoe" / "routing").glob("*.safetensors"))])
-            result["amoe"] = model.encode({PROBE_TEXTS!r}, show_progress_bar=False).tolist()
-            if {identity!r}:
-                result["embedding_space_with_arms"] = model.embedding_space
-            with model.amoe_off():
-                result["amoe_off"] = model.encode({PROBE_TEXTS!r}, show_progress_bar=False).tolist()
-            result["roster"] = model.detach_amoe()["dispatch"].roster
-        print(json.dumps(result))
-    """)
-    return runs.run_isolated(script, Path(folder).resolve())
 
 # ---- the model card ------------------------------------------------------------------------------------------------
 
@@ -552,24 +514,26 @@ def main(argv=None):
         arms = select is not None
         if arms:  # the solo arms always, the collective when one ships
             shutil.copytree(config.amoe / "amoe", config.to / "amoe")
-        exported = fresh_process_embeddings(config.to, amoe=arms, sentence_transformers=True, identity=True)
-        trained = fresh_process_embeddings(final)
+        loaded = runs.load_isolated(config.to, PROBE_TEXTS, auto_model=True, amoe=arms, sentence_transformers=True)
+        exported, trained = loaded["auto_model"], runs.load_isolated(final, PROBE_TEXTS, auto_model=True)["auto_model"]
         if exported["embeddings"] != trained["embeddings"]:
             raise SystemExit(f"{config.to} embeds differently from {final} after the copy")
         print(f"{config.to} loads with AutoModel in a fresh process: {exported['parameters']:,} parameters, "
               f"embeddings identical to the trained student")
-        st_gap = float(abs(np.array(exported["sentence_transformers"]) - np.array(exported["embeddings"])).max())
-        if st_gap > ST_TOLERANCE or exported["sentence_transformers_dimension"] != len(exported["embeddings"][0]):
+        st = loaded["sentence_transformers"]
+        st_gap = float(abs(np.array(st["embeddings"]) - np.array(exported["embeddings"])).max())
+        if st_gap > ST_TOLERANCE or st["dimension"] != len(exported["embeddings"][0]):
             raise SystemExit(f"{config.to}: SentenceTransformer differs from AutoModel's encode (max gap "
-                             f"{st_gap:.2e}, width {exported['sentence_transformers_dimension']})")
+                             f"{st_gap:.2e}, width {st['dimension']})")
         print(f"it loads with SentenceTransformer (trust_remote_code=True) too: max gap to encode {st_gap:.1e}")
+        attached = loaded.get("amoe")
         if arms:
-            roster = select["shipped"]["roster"] if select["shipped"] else exported["roster"]
-            if exported["amoe_off"] != exported["embeddings"] or exported["roster"] != roster:
+            roster = select["shipped"]["roster"] if select["shipped"] else attached["roster"]
+            if attached["off"] != exported["embeddings"] or attached["roster"] != roster:
                 raise SystemExit(f"{config.to}: the shipped arms break the toggle law or the roster differs")
             if select["shipped"] is None:
                 solo = sorted(runs.read_json(config.amoe / "amoe" / "arms" / "ARMS.json")["arms"])
-                if "no_collective" not in exported or not all(name in exported["no_collective"] for name in solo):
+                if attached["no_collective"] is None or not all(name in attached["no_collective"] for name in solo):
                     raise SystemExit(f"{config.to}: with no collective, attach_amoe() must raise naming the solo "
                                      f"arms {solo}")
                 print(f"attach_amoe() raises naming the solo arms {solo} (no collective ships); "
@@ -579,8 +543,8 @@ def main(argv=None):
             print("amoe_off() equals the bare trunk exactly")
         export = {"parameters": exported["parameters"], "sentence_transformers_max_gap": st_gap,
                   "embedding_space": exported["embedding_space"], "embedding_space_covers_config": True,
-                  "embedding_space_with_arms": exported.get("embedding_space_with_arms"),
-                  "roster": exported.get("roster"), "weights_sha256": encoders.weights_hash(config.to),
+                  "embedding_space_with_arms": attached and attached["embedding_space"],
+                  "roster": attached and attached["roster"], "weights_sha256": encoders.weights_hash(config.to),
                   "files_sha256": registry.CAPTIONBERT.weights_sha256(config.to), "goal_mean": config.goal_mean}
         runs.write_json(config.out / "metrics.json", export)
         path = config.to / "README.md"

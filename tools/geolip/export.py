@@ -25,7 +25,6 @@ What it does:
 import argparse
 import shutil
 import sys
-import textwrap
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -77,21 +76,6 @@ def parse_config(argv):
         if not path.exists():
             raise SystemExit(f"{path} not found: run the steps in this tool's usage first")
     return config
-
-
-ENCODE = textwrap.dedent("""
-    import importlib.util, json, sys
-    from transformers import AutoModel
-    assert importlib.util.find_spec("shared_modeling") is None, "the project must not be importable here"
-    model = AutoModel.from_pretrained(sys.argv[1], trust_remote_code=True)
-    texts = json.loads(sys.stdin.read())
-    result = {"embeddings": model.encode(texts, show_progress_bar=False).tolist(),
-              "parameters": sum(p.numel() for p in model.parameters()),
-              "trainable": sum(p.numel() for p in model.trainable_parameters())}
-    if "embedding_space" in sys.argv[2:]:  # asked of the exported folder (a final/ may predate the property)
-        result["embedding_space"] = model.embedding_space
-    print(json.dumps(result))
-""")
 
 
 def published_trainable_parameters(folder):
@@ -324,8 +308,8 @@ def main(argv=None):
         shutil.copy(config.train / "training_curve.png", config.to / "training_curve.png")
 
         texts = split_texts(training_config(config.train))[1][:config.parity_texts]
-        exported = runs.run_isolated(ENCODE, config.to.resolve(), "embedding_space", payload=texts)
-        trained = runs.run_isolated(ENCODE, final.resolve(), payload=texts)
+        exported = runs.load_isolated(config.to, texts, auto_model=True)["auto_model"]
+        trained = runs.load_isolated(final, texts, auto_model=True)["auto_model"]
         difference = float(np.abs(np.array(exported["embeddings"]) - np.array(trained["embeddings"])).max())
         if difference > config.max_difference:
             raise SystemExit(f"{config.to} embeds differently from {final}: max difference {difference}")

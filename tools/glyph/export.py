@@ -30,7 +30,6 @@ What it does:
 import argparse
 import shutil
 import sys
-import textwrap
 from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
@@ -85,27 +84,6 @@ def parse_config(argv):
             raise SystemExit(f"{path} not found: run the steps in this tool's usage first")
     return config
 
-
-def fresh_process_embeddings(folder, texts):
-    """{"sentence_transformers", "manual"}: embeddings of `texts` from `folder` in a new process whose working
-    directory is a temporary folder and whose path excludes the project, so nothing but the folder is used."""
-    script = textwrap.dedent("""
-        import json, sys
-        import torch
-        from sentence_transformers import SentenceTransformer
-        from transformers import AutoModel, AutoTokenizer
-        folder, texts = sys.argv[1], json.loads(sys.stdin.read())
-        st = SentenceTransformer(folder, device="cpu")
-        tokenizer, model = AutoTokenizer.from_pretrained(folder), AutoModel.from_pretrained(folder).eval()
-        batch = tokenizer(texts, padding=True, truncation=True, return_tensors="pt")
-        with torch.no_grad():
-            states = model(**batch).last_hidden_state
-        mask = batch["attention_mask"].unsqueeze(-1).float()
-        manual = torch.nn.functional.normalize((states * mask).sum(1) / mask.sum(1), dim=-1)
-        print(json.dumps({"sentence_transformers": st.encode(texts).tolist(), "manual": manual.tolist()}))
-    """)
-    embeddings = runs.run_isolated(script, Path(folder).resolve(), payload=texts)
-    return {key: np.array(value) for key, value in embeddings.items()}
 
 def check_gguf(folder, path, texts, min_cosine):
     rows = gguf.check_parity(folder, path, texts)
@@ -250,10 +228,12 @@ def main(argv=None):
 
         texts = [t[key] for t in read_triples(config.corpus / "test.jsonl")
                  for key in ("anchor", "positive", "negative")][:config.parity_strings]
-        exported, trained = fresh_process_embeddings(config.to, texts), fresh_process_embeddings(final, texts)
-        if not np.array_equal(exported["sentence_transformers"], trained["sentence_transformers"]):
+        exported = runs.load_isolated(config.to, texts, sentence_transformers=True, manual_mean_pool=True)
+        trained = runs.load_isolated(final, texts, sentence_transformers=True)
+        embeddings = np.array(exported["sentence_transformers"]["embeddings"])
+        if not np.array_equal(embeddings, trained["sentence_transformers"]["embeddings"]):
             raise SystemExit(f"{config.to} embeds differently from {final} after the copy")
-        manual_gap = float(np.abs(exported["manual"] - exported["sentence_transformers"]).max())
+        manual_gap = float(np.abs(np.array(exported["manual_mean_pool"]["embeddings"]) - embeddings).max())
         if manual_gap > 1e-5:
             raise SystemExit(f"a manual mean pool differs from SentenceTransformer by {manual_gap}")
         print(f"{config.to} loads in SentenceTransformer with no custom code, in a fresh process; a manual mean pool "

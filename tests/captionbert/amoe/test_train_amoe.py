@@ -13,7 +13,7 @@ import torch
 import torch.nn.functional as F
 
 from shared_modeling.losses import cosent, info_nce_with_hard_negatives
-from tools import corpus, sts
+from tools import corpus, runs, sts
 from tools.captionbert.amoe import pairs
 from tools.captionbert.amoe import train as amoe_train
 
@@ -303,9 +303,10 @@ def test_train_amoe_solo_dispatch_select_end_to_end(tiny_trunk, tmp_path, data_d
     folder = tmp_path / "hub"
     shutil.copytree(tiny_trunk, folder)
     shutil.copytree(selected / "amoe", folder / "amoe")
-    loaded = captionbert_export.fresh_process_embeddings(folder, amoe=True)
-    assert loaded["amoe_off"] == loaded["embeddings"] and loaded["amoe"] != loaded["embeddings"]
-    assert loaded["roster"] == record["shipped"]["roster"]
+    loaded = runs.load_isolated(folder, captionbert_export.PROBE_TEXTS, auto_model=True, amoe=True)
+    bare, attached = loaded["auto_model"]["embeddings"], loaded["amoe"]
+    assert attached["off"] == bare and attached["embeddings"] != bare and attached["no_collective"] is None
+    assert attached["roster"] == record["shipped"]["roster"]
     card = captionbert_export.amoe_section(record, arms)
     collective = record["rows"]["collective"]
     gain = collective["mean"] - record["rows"]["trunk"]["mean"]
@@ -351,11 +352,11 @@ def test_train_amoe_solo_dispatch_select_end_to_end(tiny_trunk, tmp_path, data_d
     folder = tmp_path / "hub-no-collective"
     shutil.copytree(tiny_trunk, folder)
     shutil.copytree(rejected / "amoe", folder / "amoe")
-    loaded = captionbert_export.fresh_process_embeddings(folder, amoe=True)
-    assert "ships no collective" in loaded["no_collective"]
-    assert "equiv" in loaded["no_collective"] and "paraphrase" in loaded["no_collective"]
-    assert loaded["roster"] == ["equiv"] and loaded["amoe_off"] == loaded["embeddings"]
-    assert loaded["amoe"] != loaded["embeddings"]
+    loaded = runs.load_isolated(folder, captionbert_export.PROBE_TEXTS, auto_model=True, amoe=True)
+    bare, attached = loaded["auto_model"]["embeddings"], loaded["amoe"]
+    assert "ships no collective" in attached["no_collective"]
+    assert "equiv" in attached["no_collective"] and "paraphrase" in attached["no_collective"]
+    assert attached["roster"] == ["equiv"] and attached["off"] == bare and attached["embeddings"] != bare
 
 
 @pytest.mark.slow
