@@ -3,7 +3,6 @@ copies the build in with the JSON records its card is regenerated from, refusing
 card tool is faked (its card prints one number of one record); the real exports' cards are tested in each pipeline's
 end-to-end test."""
 
-import types
 
 import pytest
 
@@ -20,19 +19,20 @@ def card(score):
                                         "metric_name": "win rate", "metric_value": score}]) + f"\nwin rate {score}\n"
 
 
-def context_from_records(folder, root=None):
-    """The fake export tool's values: the win rate of the evaluation its config names (relative to root), and the
-    overview the README's tables show, with the alternative's win rate."""
+def card_values(folder, root=None):
+    """The fake card library's (template, values): the win rate of the evaluation its config names (relative to
+    root), and the overview the README's tables show, with the alternative's win rate."""
     config = runs.read_json(folder / "config.json")
     metrics = runs.read_json((root or runs.ROOT) / config["eval"] / "metrics.json")
-    return {"score": metrics["win_rate"],
-            "overview": cards.Overview(model=GLYPH.folder, job="glyph", reads="256 tokens", width=256,
-                                       similarity="cosine", alternative="general",
-                                       results=[("win rate", "held out", metrics["win_rate"], metrics["general"])])}
+    return None, {"score": metrics["win_rate"],
+                  "overview": cards.Overview(model=GLYPH.folder, job="glyph", reads="256 tokens", width=256,
+                                             similarity="cosine", alternative="general",
+                                             results=[("win rate", "held out", metrics["win_rate"],
+                                                       metrics["general"])])}
 
 
 def card_from_records(folder, root=None):
-    return card(context_from_records(folder, root)["score"])
+    return card(card_values(folder, root)[1]["score"])
 
 
 @pytest.fixture
@@ -42,8 +42,8 @@ def project(tmp_path, monkeypatch):
     monkeypatch.setattr(cards, "RECORDS", tmp_path / "records")
     monkeypatch.setattr(cards, "README", tmp_path / "README.md")
     monkeypatch.setattr(cards, "TIMINGS", tmp_path / "records" / "timings.json")
-    monkeypatch.setattr(cards, "export_tool", lambda export: types.SimpleNamespace(
-        card_from_records=card_from_records, context_from_records=context_from_records))
+    monkeypatch.setattr(cards, "card_values", card_values)
+    monkeypatch.setattr(cards, "card_from_records", card_from_records)
     (tmp_path / "README.md").write_text("# bundle\n" + "".join(
         f"<!-- {name}: written by `make cards` from records/ -->\nold\n<!-- end of {name} -->\n"
         for name in ("models", "commands", "measured")))
@@ -144,5 +144,5 @@ def test_a_released_card_is_regenerated_from_the_records_alone(project):
     runs.write_json(project / "runs/demo/glyph/eval/metrics.json", {"win_rate": 0.1, "general": 0.125})  # not in git
     assert cards.write_cards([export], check=True) == [str(export / GLYPH.folder / "README.md")]
     root, released = cards.released(GLYPH)
-    assert cards.export_tool(released).card_from_records(released, root) == (GLYPH.path / "README.md").read_text()
+    assert cards.card_from_records(released, root) == (GLYPH.path / "README.md").read_text()
     assert runs.read_json(root / cards.RELEASE)["budget"] == "cpu"

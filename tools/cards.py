@@ -1,16 +1,16 @@
 """Model cards: regenerate every folder's README.md purely from run records, and check where each number in a card
 comes from.
 
-Every export tool (tools/captionbert/export.py, tools/glyph/export.py, tools/geolip/export.py) writes the card of the
-folder it builds with its `card_from_records(export_run_folder, root)`, which reads nothing but run records: the
-export's own (config.json, naming the runs it packaged, and metrics.json, its checks) and those of the runs it names,
-each path relative to `root` (the repository, or a records folder that mirrors it). tools/release.py copies a build
-into its Hub folder together with those records, compacted to their JSON files, under records/<folder>/ (in git).
-This tool calls the same function on the committed records, so `make cards` after a change to a card's template
-rewrites the three cards without re-exporting any weights, and a fresh clone can check them. It also rewrites the
-project README's two generated tables (which model for which job, and the measured results beside what a user would
-pick instead) from each card's Overview, which its export module's `context_from_records` computes from the same
-records.
+Each pipeline's card is its template, tools/<pipeline>/card.md, and the library beside it, tools/<pipeline>/card.py
+(registry.Pipeline.card names it), whose `card_context(records)` computes the template's values from run records
+alone: a `Records` of one export run, which reads the export's own config.json and metrics.json and, by name, the
+records of the runs its config names, each path relative to a root (the repository, or a records folder that
+mirrors it). `card_from_records(export_run_folder, root)` renders it; the export tool writes its folder's card with
+it. tools/release.py copies a build into its Hub folder together with those records, compacted to their JSON files,
+under records/<folder>/ (in git). This tool renders the same cards from the committed records, so `make cards` after a
+change to a card's template rewrites the three cards without re-exporting any weights, and a fresh clone can check
+them. It also rewrites the project README's two generated tables (which model for which job, and the measured results
+beside what a user would pick instead) from each card's Overview (its card_context's "overview").
 
 Usage:
     python -m tools.cards                          # the three Hub folders, each from its release's records
@@ -136,13 +136,53 @@ def inputs_and_threads_paragraph(extra_state=""):
             f"{extra_state} change the model for every thread: do them before serving, or from one thread.")
 
 
-def export_tool(export_folder):
-    """The export module that wrote this run folder (its run.json names the tool)."""
-    tool = runs.read_json(Path(export_folder) / "run.json")["tool"]
-    module = registry.module_of_record(tool)
-    if module not in {f"{pipeline.name}.export" for pipeline in registry.PIPELINES}:
-        raise SystemExit(f"{export_folder} is a {tool} run, not an export")
-    return importlib.import_module(f"tools.{module}")
+class Records:
+    """The run records one card is built from, read by name: the export run's own files (`own`) and those of the run
+    folders its config.json names (`read("train", "config.json")`: the run given to the export as --train), each
+    path relative to `root` (the repository, or a records folder that mirrors it)."""
+
+    def __init__(self, export_folder, root=runs.ROOT):
+        self.folder, self.root = Path(export_folder), Path(root)
+        self.config = runs.read_json(self.folder / "config.json")
+
+    def own(self, name="metrics.json"):
+        return runs.read_json(self.folder / name)
+
+    def run(self, option):
+        """The run folder the export's config names as `option`."""
+        return self.root / self.config[option]
+
+    def read(self, option, name="metrics.json"):
+        """A JSON file of the run folder the export's config names as `option`; None where it names none (an
+        optional run, or a record written before the option existed)."""
+        return None if self.config.get(option) is None else runs.read_json(self.run(option) / name)
+
+    def follow(self, option, key, name="metrics.json"):
+        """A JSON file of the run folder that the run named as `option` names as its own `key` (its config.json's);
+        None where the export's config names no `option` run."""
+        config = self.read(option, "config.json")
+        return None if config is None else runs.read_json(self.root / config[key] / name)
+
+
+def export_pipeline(export_folder):
+    """The pipeline whose export tool wrote this run folder (its run.json names the tool), or None."""
+    tool = registry.module_of_record(runs.read_json(Path(export_folder) / "run.json").get("tool", ""))
+    return next((pipeline for pipeline in registry.PIPELINES if tool == f"{pipeline.name}.export"), None)
+
+
+def card_values(export_folder, root=runs.ROOT):
+    """(the card's template, its values) from the records of an export run, by its pipeline's card library."""
+    pipeline = export_pipeline(export_folder)
+    if pipeline is None:
+        raise SystemExit(f"{export_folder} is not an export run (its run.json names another tool)")
+    card = importlib.import_module(pipeline.card)
+    return card.CARD, card.card_context(Records(export_folder, root))
+
+
+def card_from_records(export_folder, root=runs.ROOT):
+    """The card's text from the records of an export run alone (what the export writes, and `make cards` rewrites)."""
+    template, values = card_values(export_folder, root)
+    return render(template, **values)
 
 
 def released(pipeline):
@@ -163,9 +203,7 @@ def records_of(folder):
     export = Path(folder).parent
     if not (export / "run.json").is_file() or not (export / "config.json").is_file():
         return None
-    module = registry.module_of_record(runs.read_json(export / "run.json").get("tool", ""))
-    exports = {f"{pipeline.name}.export" for pipeline in registry.PIPELINES}
-    if module not in exports or built_folder(export).resolve() != Path(folder).resolve():
+    if export_pipeline(export) is None or built_folder(export).resolve() != Path(folder).resolve():
         return None
     return runs.ROOT, export
 
@@ -312,7 +350,7 @@ def readme_sections(readme):
             measured.append(f"| {pipeline.folder} | not released | | | | | |")
             continue
         root, export = release
-        overview = export_tool(export).context_from_records(export, root)["overview"]
+        overview = card_values(export, root)[1]["overview"]
         build = f"{runs.read_json(root / RELEASE)['budget']} budget"
         measure, on, value, theirs = overview.results[0]
         models.append(f"| `{pipeline.folder}` | {overview.job} | {overview.reads} | {overview.width}-d | "
@@ -339,7 +377,7 @@ def write_cards(exports=None, check=False):
         targets = [(*release, pipeline.path) for pipeline, release in releases.items()]
     stale = []
     for root, export, folder in targets:
-        path, card = folder / "README.md", export_tool(export).card_from_records(export, root)
+        path, card = folder / "README.md", card_from_records(export, root)
         if check:
             if not path.is_file() or path.read_text() != card:
                 stale.append(str(path))

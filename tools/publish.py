@@ -189,7 +189,7 @@ def card_problems(folder):
     records = cards.records_of(folder)
     if records is not None:
         root, export = records
-        if card.read_text() != cards.export_tool(export).card_from_records(export, root):
+        if card.read_text() != cards.card_from_records(export, root):
             problems.append(f"README.md is not what the run records of {export} give: run `make cards` (a Hub "
                             "folder) or the export again (a build)")
     return problems

@@ -44,6 +44,12 @@ class Pipeline:
         """Its export step's run folder below a budget's root: the records its card comes from."""
         return f"{self.name}/export"
 
+    @property
+    def card(self):
+        """Its card library (tools/<name>/card.py, beside the card.md template it fills): CARD, the template's path,
+        and card_context(records), its values; tools/cards.py imports it by this name."""
+        return f"tools.{self.name}.card"
+
     def is_built(self, relative):
         """Whether this path in the folder (a str with "/") is written by an export, not the folder's own."""
         return any(fnmatch.fnmatch(relative, pattern) for pattern in (*self.weights, *self.built))

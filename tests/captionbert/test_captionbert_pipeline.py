@@ -319,8 +319,9 @@ def test_pipeline_end_to_end_exports_a_loadable_folder_with_a_generated_card(tmp
                                                                              tiny_teachers, tiny_student, data_dir,
                                                                              monkeypatch):
     from tools.captionbert import train as captionbert_train
-    from tools.captionbert import long_inputs
+    from tools.captionbert import card as captionbert_card
     from tools.captionbert import export as captionbert_export
+    from tools.captionbert import long_inputs
 
     monkeypatch.setattr(encoders.teachers, "CACHE", tmp_path / "cache")  # the model2vec table of the tiny teacher
 
@@ -332,10 +333,10 @@ def test_pipeline_end_to_end_exports_a_loadable_folder_with_a_generated_card(tmp
     eval_dir = tmp_path / "eval"
     assert evaluate.main(["--out", str(eval_dir), "--gauge-captions", "100",
                           "--encoder", f"captionbert-8192-v2={distill / 'final'}",
-                          "--encoder", f"{captionbert_export.FROM_SCRATCH}={distill / 'final'}",
-                          "--encoder", f"{captionbert_export.STATIC}=model2vec:{tiny_teachers[0]}",
+                          "--encoder", f"{captionbert_card.FROM_SCRATCH}={distill / 'final'}",
+                          "--encoder", f"{captionbert_card.STATIC}=model2vec:{tiny_teachers[0]}",
                           "--encoder", str(tiny_teachers[0]), "--encoder", str(tiny_teachers[1]),
-                          "--encoder", f"{captionbert_export.FOR_SCALE}={tiny_teachers[1]}"]) == 0  # a tiny stand-in
+                          "--encoder", f"{captionbert_card.FOR_SCALE}={tiny_teachers[1]}"]) == 0  # a tiny stand-in
     long_dir = tmp_path / "long"
     assert long_inputs.main(["--model", str(distill / "final"), "--teacher", str(tiny_teachers[0]),
                              "--data-dir", str(data_dir), "--out", str(long_dir)]) == 0
@@ -347,7 +348,7 @@ def test_pipeline_end_to_end_exports_a_loadable_folder_with_a_generated_card(tmp
     without = tmp_path / "eval-without-for-scale"  # the card compares the model with all-MiniLM-L6-v2's row
     shutil.copytree(eval_dir, without)
     metrics = json.loads((without / "metrics.json").read_text())
-    del metrics[captionbert_export.FOR_SCALE]
+    del metrics[captionbert_card.FOR_SCALE]
     (without / "metrics.json").write_text(json.dumps(metrics))
     with pytest.raises(SystemExit, match="has no row 'all-MiniLM-L6-v2'"):
         captionbert_export.main(export_argv(without))
@@ -525,7 +526,7 @@ def test_an_alignment_folder_gives_the_consensus_arm_and_one_arm_per_teacher(ali
 
 def test_levers_score_every_arm_against_the_bare_trunk_in_one_harness(tmp_path, alignment, extraction, data_dir,
                                                                        arm_trunk, monkeypatch):
-    from tools.captionbert import export as captionbert_export
+    from tools.captionbert import card as captionbert_card
     from tools.captionbert.amoe import levers
 
     with safe_open(str(alignment / "maps.safetensors"), "np") as maps:
@@ -559,7 +560,7 @@ def test_levers_score_every_arm_against_the_bare_trunk_in_one_harness(tmp_path, 
         assert row["sts8_gain"] == pytest.approx(solo["sts8"]["mean"] - bare["sts8"]["mean"]) and row["tasks"] == 2
         assert row["trunk_validation"] == bare["validation"]["mean"]  # every arm beside the same trunk mean
     assert solo_rows[-1]["validation"] is None  # the caption arm trains on Flickr8k: not judged on it
-    table = captionbert_export.levers_table(record).splitlines()
+    table = captionbert_card.levers_table(record).splitlines()
     assert len(table) == 2 + 1 + 5 and "not judged" in table[-2]  # header, the trunk, the levers
 
     finished = {p: p.stat().st_mtime_ns for p in out.glob("*/metrics.json")}

@@ -298,6 +298,7 @@ def test_train_amoe_solo_dispatch_select_end_to_end(tiny_trunk, tmp_path, data_d
 
     # What tools/captionbert/export.py ships and writes: the folder loads the collective in a fresh process, every
     # arm off is the bare trunk there, and the card's AMOE section is generated from these records.
+    from tools.captionbert import card as captionbert_card
     from tools.captionbert import export as captionbert_export
 
     folder = tmp_path / "hub"
@@ -307,7 +308,7 @@ def test_train_amoe_solo_dispatch_select_end_to_end(tiny_trunk, tmp_path, data_d
     bare, attached = loaded["auto_model"]["embeddings"], loaded["amoe"]
     assert attached["off"] == bare and attached["embeddings"] != bare and attached["no_collective"] is None
     assert attached["roster"] == record["shipped"]["roster"]
-    card = captionbert_export.amoe_section(record, arms)
+    card = captionbert_card.amoe_section(record, arms)
     collective = record["rows"]["collective"]
     gain = collective["mean"] - record["rows"]["trunk"]["mean"]
     assert f"{collective['mean']:.4f}" in card and f"{gain:+.4f}" in card
@@ -342,7 +343,7 @@ def test_train_amoe_solo_dispatch_select_end_to_end(tiny_trunk, tmp_path, data_d
     assert set(record["rows"]) == {"trunk", "solo equiv", "solo paraphrase"}
     assert not list((rejected / "amoe").glob("*/dispatch.safetensors"))
     assert json.loads((rejected / "amoe" / "arms" / "ARMS.json").read_text())["roster"] is None
-    card = captionbert_export.amoe_section(record, json.loads((rejected / "amoe" / "arms" / "ARMS.json").read_text()))
+    card = captionbert_card.amoe_section(record, json.loads((rejected / "amoe" / "arms" / "ARMS.json").read_text()))
     assert "**No collective ships with this build.**" in card and f"{record['bar']:.4f}" in card
     assert f"{record['steps'][0]['margin_over_control']:+.4f}" in card
     assert f"{record['rows']['solo paraphrase']['mean']:.4f}" in card
