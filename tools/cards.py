@@ -166,7 +166,7 @@ class Records:
 
 def export_pipeline(export_folder):
     """The pipeline whose export tool wrote this run folder (its run.json names the tool), or None."""
-    tool = registry.module_of_record(runs.read_json(Path(export_folder) / "run.json").get("tool", ""))
+    tool = runs.read_json(Path(export_folder) / "run.json").get("tool", "")
     return next((pipeline for pipeline in registry.PIPELINES if tool == f"{pipeline.name}.export"), None)
 
 

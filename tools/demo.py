@@ -204,8 +204,7 @@ def content_hash(folder):
 
 def fingerprint(step, inputs):
     """A hash of the step's command and of the results (content hashes) of the steps it reads."""
-    tool = registry.FORMER_NAMES.get(step.tool, step.tool)  # runs finished before the regroup stay finished
-    return hashlib.sha256(json.dumps([tool, list(map(str, step.args)), inputs]).encode()).hexdigest()
+    return hashlib.sha256(json.dumps([step.tool, list(map(str, step.args)), inputs]).encode()).hexdigest()
 
 
 def recorded_minutes(step):
