@@ -6,17 +6,18 @@ end-to-end test."""
 
 import pytest
 
-from tools import cards, registry, release, runs
+from tools import card_engine, cards, registry, release, runs
 
 GLYPH = registry.GLYPH
 
 
 def card(score):
-    return cards.front_matter(library_name="sentence-transformers", pipeline_tag="sentence-similarity", tags=["x"],
-                              datasets=None, model_name=GLYPH.folder,
-                              results=[{"task_type": "sentence-similarity", "dataset_type": "glyph",
-                                        "dataset_name": "held out", "metric_type": "accuracy",
-                                        "metric_name": "win rate", "metric_value": score}]) + f"\nwin rate {score}\n"
+    return card_engine.front_matter(library_name="sentence-transformers", pipeline_tag="sentence-similarity",
+                                    tags=["x"], datasets=None, model_name=GLYPH.folder,
+                                    results=[{"task_type": "sentence-similarity", "dataset_type": "glyph",
+                                              "dataset_name": "held out", "metric_type": "accuracy",
+                                              "metric_name": "win rate", "metric_value": score}]
+                                    ) + f"\nwin rate {score}\n"
 
 
 def card_values(folder, root=None):
@@ -25,7 +26,7 @@ def card_values(folder, root=None):
     config = runs.read_json(folder / "config.json")
     metrics = runs.read_json((root or runs.ROOT) / config["eval"] / "metrics.json")
     return None, {"score": metrics["win_rate"],
-                  "overview": cards.Overview(model=GLYPH.folder, job="glyph", reads="256 tokens", width=256,
+                  "overview": card_engine.Overview(model=GLYPH.folder, job="glyph", reads="256 tokens", width=256,
                                              similarity="cosine", alternative="general",
                                              results=[("win rate", "held out", metrics["win_rate"],
                                                        metrics["general"])])}

@@ -4,7 +4,7 @@ fill it, computed from run records alone (tools/cards.py renders them: `make car
 from pathlib import Path
 
 
-from tools import cards, registry, sts
+from tools import card_engine, registry, sts
 
 
 STUDENT = registry.CAPTIONBERT.folder  # its row in the evaluation
@@ -266,12 +266,12 @@ def legacy_amoe_context(select, arms_json):
 
 def amoe_section(select, arms_json, references=None, levers=None):
     """The card's AMOE part alone: card.md's block `amoe`, rendered with amoe_context's values."""
-    return cards.render(CARD, block="amoe", amoe=amoe_context(select, arms_json, references, levers))
+    return card_engine.render(CARD, block="amoe", amoe=amoe_context(select, arms_json, references, levers))
 
 
 def card_context(records):
     """The values card.md shows, as ready-made strings, table rows and the flags its conditional sentences read, from
-    the run records (a cards.Records of the export run): the evaluation's, the extraction's manifest and
+    the run records (a card_engine.Records of the export run): the evaluation's, the extraction's manifest and
     extraction.json, the alignment report, the distillation's metrics and config, this export's metrics, and
     optionally the arm selection (select's metrics.json, with its ARMS.json), the long-input run's metrics and the
     levers run's levers.json."""
@@ -293,7 +293,7 @@ def card_context(records):
                  "dataset_split": "test", "metric_type": "spearman", "metric_name": f"{task} Spearman (cosine)",
                  "metric_value": round(student[task], 4)} for task in sts.TASKS]
     return {
-        "metadata": cards.front_matter(
+        "metadata": card_engine.front_matter(
             library_name="transformers", pipeline_tag="sentence-similarity",
             tags=["sentence-embeddings", "sentence-transformers", "remote-code", "distillation"],
             datasets=["nlphuji/flickr8k", "google/imageinwords", "nyu-mll/glue", "stanfordnlp/snli",
@@ -303,8 +303,9 @@ def card_context(records):
         "preset": distill_config["preset"], "teacher_count": len(teachers),
         "training_rows": f"{distill_metrics['training_rows']:,}", "steps": f"{distill_metrics['steps']:,}",
         "batch_size": distill_config["batch_size"], "trained_length": f"{distill_metrics['trained_length']:,}",
-        "inputs_and_threads": cards.inputs_and_threads_paragraph(", `attach_amoe()`, `set_amoe()` and `detach_amoe()`"),
-        "embedding_space": cards.embedding_space_paragraph(export, "model.embedding_space"),
+        "inputs_and_threads": card_engine.inputs_and_threads_paragraph(
+            ", `attach_amoe()`, `set_amoe()` and `detach_amoe()`"),
+        "embedding_space": card_engine.embedding_space_paragraph(export, "model.embedding_space"),
         "embedding_space_with_arms": export["embedding_space_with_arms"],
         "gauge_rows": f"{student['gauge_rows']:,}", "sts_table": sts_table(metrics, extract_manifest),
         "long": None if long_inputs is None else long_inputs_context(long_inputs),
@@ -355,7 +356,7 @@ def overview(metrics, trained_length, select=None):
     if select is not None and select["shipped"] is not None:
         results.append(("STS-8 mean Spearman, arms on (`attach_amoe()`)", on, select["rows"]["collective"]["mean"],
                         metrics[FOR_SCALE]["mean"]))
-    return cards.Overview(
+    return card_engine.Overview(
         model=STUDENT, job="English sentence and caption embeddings for semantic similarity, search and clustering",
         reads=f"{trained_length} tokens (the positions it was trained to; of its 8,192, `encode` truncates there)",
         width=metrics[STUDENT]["dim"], similarity="cosine (the dot product of its unit vectors)",

@@ -4,7 +4,7 @@ fill it, computed from run records alone (tools/cards.py renders them: `make car
 from pathlib import Path
 
 
-from tools import cards, registry
+from tools import card_engine, registry
 from tools.geolip.metrics import ROWS
 
 
@@ -105,7 +105,7 @@ def ablation_comparison(evaluation, train, ablation_eval, ablation_train):
 
 
 def card_context(records):
-    """The values card.md shows, from the run records (a cards.Records of the export run): the records themselves
+    """The values card.md shows, from the run records (a card_engine.Records of the export run): the records themselves
     (for numbers printed as they are) and ready-made strings (formatted numbers, tables, the YAML front matter). Read:
     the training and evaluation runs the export names, and the ablation's evaluation and training metrics (or
     None)."""
@@ -130,7 +130,7 @@ def card_context(records):
     # What a user would pick instead: the base reading the whole text where it can (all-MiniLM-L6-v2 reads 256
     # tokens natively; CLIP's text tower cannot), else the base on its own window.
     alternative = "whole" if "whole" in rows else "window"
-    overview = cards.Overview(
+    overview = card_engine.Overview(
         model=registry.GEOLIP.folder, job="long image descriptions and captions, embedded in its base's space",
         reads=f"{evaluation['covered_tokens']} tokens ({evaluation['base_window']} through the base's window, the "
               f"rest through the memory's {evaluation['segment_size']}-token segments)",
@@ -141,7 +141,7 @@ def card_context(records):
     return {
         "overview": overview,
         "hard_negative_groups": train.get("hard_negative_groups", 0),  # runs before the option trained without
-        "metadata": cards.front_matter(
+        "metadata": card_engine.front_matter(
             library_name="transformers", pipeline_tag="feature-extraction",
             tags=["sentence-embeddings", "remote-code", "long-context", "distillation"],
             base_model=f"sentence-transformers/{base}" if base == "all-MiniLM-L6-v2" else base,
@@ -153,8 +153,8 @@ def card_context(records):
         "trainable": f"{train['trainable_parameters']:,}", "base_parameters": f"{train['base_parameters']:,}",
         "clip_l_trainable_millions": f"{export['clip_l_trainable'] / 1e6:.1f}",
         "parameters": f"{export['parameters']:,}",
-        "embedding_space_paragraph": cards.embedding_space_paragraph(export, "model.embedding_space"),
-        "inputs_and_threads_paragraph": cards.inputs_and_threads_paragraph(),
+        "embedding_space_paragraph": card_engine.embedding_space_paragraph(export, "model.embedding_space"),
+        "inputs_and_threads_paragraph": card_engine.inputs_and_threads_paragraph(),
         "token_slots": evaluation["segment_size"] * evaluation["max_segments"],
         "mean_tokens": f"{evaluation['held_out_tokens']['mean']:.0f}",
         "median_tokens": f"{evaluation['held_out_tokens']['median']:.0f}",

@@ -4,7 +4,7 @@ fill it, computed from run records alone (tools/cards.py renders them: `make car
 from pathlib import Path
 
 
-from tools import cards, registry
+from tools import card_engine, registry
 from tools.glyph import gguf
 from tools.glyph.metrics import table_markdown
 
@@ -33,7 +33,7 @@ def weakest_family(row):
 
 
 def card_context(records):
-    """The values card.md shows, from the run records (a cards.Records of the export run): the records themselves
+    """The values card.md shows, from the run records (a card_engine.Records of the export run): the records themselves
     (for numbers printed as they are) and ready-made strings (formatted numbers, tables, the YAML front matter). Read:
     the corpus, training and evaluation runs the export names, the trained model's config.json, and test set (b)'s
     evaluation and generator records (None for a release built before test set (b) existed: its card says so)."""
@@ -54,7 +54,7 @@ def card_context(records):
                 "dataset_name": test_set, "metric_type": metric, "metric_name": name,
                 "metric_value": round(set_rows[MODEL][key], 4)}
                for test_set, dataset_type, set_rows in test_sets for key, metric, name in HEADLINE]
-    overview = cards.Overview(
+    overview = card_engine.Overview(
         model=MODEL, job="glyph-notation claims: a paraphrase lands near its claim, a meaning-flipping mutation far",
         reads=f"{gguf.context_length(model_config)} tokens", width=model_config["hidden_size"],
         similarity="cosine (the dot product of its unit vectors)", alternative=GENERAL,
@@ -75,7 +75,7 @@ def card_context(records):
                  "general_win_rate": f"{evaluation_b['rows'][GENERAL]['win_rate']:.3f}"}
     return {
         "overview": overview,
-        "metadata": cards.front_matter(library_name="sentence-transformers", pipeline_tag="sentence-similarity",
+        "metadata": card_engine.front_matter(library_name="sentence-transformers", pipeline_tag="sentence-similarity",
                                        tags=["sentence-transformers", "feature-extraction", "sentence-similarity",
                                              "gguf", "glyph-notation"], datasets=None, model_name=MODEL,
                                        results=results),
@@ -84,7 +84,7 @@ def card_context(records):
         "parameters_millions": f"{train['parameters'] / 1e6:.1f}", "parameters": f"{train['parameters']:,}",
         "mlm": stage_values(train["mlm"], train_config["mlm_learning_rate"]),
         "contrastive": stage_values(train["contrastive"], train_config["contrastive_learning_rate"]),
-        "embedding_space_paragraph": cards.embedding_space_paragraph(export, "config.json: embedding_space"),
+        "embedding_space_paragraph": card_engine.embedding_space_paragraph(export, "config.json: embedding_space"),
         "gguf_rows": "\n".join(
             f"| `{g['file']}` | {g['bytes'] / 2**20:.1f} MiB | {g['tokens_identical']}/{g['strings']} | "
             f"{g['min_cosine']:.6f} | {g['mean_cosine']:.6f} |" for g in export["gguf"].values()),
