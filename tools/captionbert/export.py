@@ -110,7 +110,7 @@ def write_sentence_transformers_files(folder):
         runs.write_json(Path(folder) / name, payload)
 
 
-def main(argv=None):
+def parse_config(argv):
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--extract", type=Path, required=True)
     parser.add_argument("--align", type=Path, required=True)
@@ -127,17 +127,38 @@ def main(argv=None):
                         help="tools/captionbert/amoe/levers.py run whose table goes on the card (needs --amoe)")
     config = Config(**vars(parser.parse_args(argv)))
     config.to = config.to or config.out / STUDENT
-    registry.CAPTIONBERT.start_build(config.to, config.hub)
-    final, metrics = check_inputs(config)
-    select = None
-    if config.amoe is not None:
-        if not (config.amoe / "metrics.json").is_file():
-            raise SystemExit(f"{config.amoe} is not a finished tools/captionbert/amoe/train.py select run")
-        select = runs.read_json(config.amoe / "metrics.json")
+    if config.amoe is not None and not (config.amoe / "metrics.json").is_file():
+        raise SystemExit(f"{config.amoe} is not a finished tools/captionbert/amoe/train.py select run")
     if config.levers is not None and (config.amoe is None or not (config.levers / "levers.json").is_file()
                                       or not runs.read_json(config.levers / "levers.json")["complete"]):
         raise SystemExit(f"--levers {config.levers}: needs --amoe and a finished tools/captionbert/amoe/levers.py run "
                          "(levers.json, complete)")
+    return config
+
+
+def check_arms(config, select, attached, bare):
+    """The shipped arms, as loaded in a fresh process (`attached`, tools/isolated_load.py's amoe answer): every arm off
+    is the bare trunk (`bare`, its embeddings), the roster is the one select shipped, and where none shipped
+    attach_amoe() raised naming every solo arm; SystemExit otherwise."""
+    roster = select["shipped"]["roster"] if select["shipped"] else attached["roster"]
+    if attached["off"] != bare or attached["roster"] != roster:
+        raise SystemExit(f"{config.to}: the shipped arms break the toggle law or the roster differs")
+    if select["shipped"] is None:
+        solo = sorted(runs.read_json(config.amoe / "amoe" / "arms" / "ARMS.json")["arms"])
+        if attached["no_collective"] is None or not all(name in attached["no_collective"] for name in solo):
+            raise SystemExit(f"{config.to}: with no collective, attach_amoe() must raise naming the solo arms {solo}")
+        print(f"attach_amoe() raises naming the solo arms {solo} (no collective ships); "
+              f"attach_amoe({roster}) attaches one alone")
+    else:
+        print(f"attach_amoe() loads the collective {roster}")
+    print("amoe_off() equals the bare trunk exactly")
+
+
+def main(argv=None):
+    config = parse_config(argv)
+    registry.CAPTIONBERT.start_build(config.to, config.hub)
+    final, metrics = check_inputs(config)
+    select = None if config.amoe is None else runs.read_json(config.amoe / "metrics.json")
 
     with runs.RunRecord(config.out, config, "captionbert.export"):
         shutil.copy(final / "model.safetensors", config.to / "model.safetensors")
@@ -165,19 +186,7 @@ def main(argv=None):
         print(f"it loads with SentenceTransformer (trust_remote_code=True) too: max gap to encode {st_gap:.1e}")
         attached = loaded.get("amoe")
         if arms:
-            roster = select["shipped"]["roster"] if select["shipped"] else attached["roster"]
-            if attached["off"] != exported["embeddings"] or attached["roster"] != roster:
-                raise SystemExit(f"{config.to}: the shipped arms break the toggle law or the roster differs")
-            if select["shipped"] is None:
-                solo = sorted(runs.read_json(config.amoe / "amoe" / "arms" / "ARMS.json")["arms"])
-                if attached["no_collective"] is None or not all(name in attached["no_collective"] for name in solo):
-                    raise SystemExit(f"{config.to}: with no collective, attach_amoe() must raise naming the solo "
-                                     f"arms {solo}")
-                print(f"attach_amoe() raises naming the solo arms {solo} (no collective ships); "
-                      f"attach_amoe({roster}) attaches one alone")
-            else:
-                print(f"attach_amoe() loads the collective {roster}")
-            print("amoe_off() equals the bare trunk exactly")
+            check_arms(config, select, attached, exported["embeddings"])
         export = {"parameters": exported["parameters"], "sentence_transformers_max_gap": st_gap,
                   "embedding_space": exported["embedding_space"], "embedding_space_covers_config": True,
                   "embedding_space_with_arms": attached and attached["embedding_space"],
