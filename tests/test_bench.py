@@ -6,6 +6,7 @@ import math
 
 import pytest
 
+from shared_modeling.segments import segment_spans
 from tools import training
 from tools.bench import __main__ as bench
 from tools.bench import amoe, common
@@ -17,6 +18,10 @@ def expected_rows(report, arms, shipped, long_tokens):
     that hold counts of the data take them from the report."""
     dtypes, precision = report["dtypes"], training.resolve_precision("auto", "cpu")
     which = {n: "the shipped collective's size" if n == shipped else "--arms" for n in arms}
+
+    def segments(tokens):  # geolip's segments (18 tokens, a stride of 14, 32 at most) of its texts cut to `tokens`
+        return len(segment_spans(min(tokens, report["geolip"]["longest"]), 18, 14, 32))
+
     return {
         "throughput": [name for dtype in dtypes for name in (
             f"forward {dtype}: captionbert vs BertModel", f"encode {dtype}: captionbert vs HF pipeline",
@@ -33,8 +38,8 @@ def expected_rows(report, arms, shipped, long_tokens):
                  "fp32 embeddings, every arm off vs bare trunk: equal"],
         "glyph": [f"glyph: llama.cpp GGUF {dtype} vs PyTorch fp32 (throughput)" for dtype in ("f32", "f16")],
         "geolip": [f"geolip base: one batched call vs a call per segment ({report['geolip']['segments']})",
-                   *(f"geolip encode fp32: 4 texts of <= {tokens} tokens ({segments} segments) vs 1 segment (latency)"
-                     for tokens, segments in ((18, 1), (60, 4), (116, 8), (228, 16), (452, 32)))],
+                   *(f"geolip encode fp32: 4 texts of <= {tokens} tokens ({segments(tokens)} segments) vs 1 segment "
+                     "(latency)" for tokens in (18, 60, 116, 228, 452))],
         "backends": [*(f"forward: {backend} vs PyTorch eager fp32 (throughput)"
                        for backend in ("onnx fp32", "onnx int8", *(("eager bf16",) if "bf16" in dtypes else ()))),
                      *(f"forward {backend}: {arms[0]} arm(s) on vs bare trunk (latency)"

@@ -25,7 +25,7 @@ Usage:
     python -m tools.bench                                                   # the full run, a few minutes
     python -m tools.bench --only amoe backends                              # those families alone
     python -m tools.bench --captions 16 --repeats 1 --long-tokens 256 --corpus-texts 32 --train-steps 1 --tiny \\
-        --glyph-texts 32 --geolip-texts 4                                   # seconds: small shape, smoke test
+        --glyph-texts 32 --geolip-texts 4 --batch-size 8                    # seconds: small shape, smoke test
 """
 
 import argparse

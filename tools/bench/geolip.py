@@ -17,8 +17,8 @@ from tools.geolip import data as geolip_data
 def measure(config, setup):
     """(rows, report part); setup is not used: the geolip model is its own. The rows: geolip's base on every segment
     of a seeded sample of long descriptions in one batched call vs a call per segment, then its encode latency on the
-    sample cut to 1 .. 32 segments vs one segment; the part: the seconds under seconds/geolip and the sample's size
-    under geolip."""
+    sample cut to 1 .. 32 segments vs one segment (fewer where the longest text is shorter); the part: the seconds
+    under seconds/geolip and the sample's size (texts, segments, tokens, the longest's tokens) under geolip."""
     geolip = geolip_data.build_model(geolip_data.Config(out=Path("-"), **geolip_data.PRESETS["cpu"]),
                                      teacher_dim=768)
     cut = (geolip.config.segment_size, geolip.config.segment_stride, geolip.config.max_segments)
@@ -44,4 +44,5 @@ def measure(config, setup):
                         "segment (latency)", "s", statistics.median(latency[n]), one_segment,
                         statistics.median(latency[n]) / one_segment))
     return rows, {"seconds": {"geolip": {"base_calls": base_calls, "encode": {str(n): t for n, t in latency.items()}}},
-                  "geolip": {"texts": len(long_texts), "segments": len(pieces), "tokens": sum(map(len, content))}}
+                  "geolip": {"texts": len(long_texts), "segments": len(pieces), "tokens": sum(map(len, content)),
+                             "longest": max(map(len, content))}}
