@@ -477,7 +477,7 @@ def test_long_input_evaluation_scores_windows_against_the_whole_text(tmp_path, t
     from helpers import tiny_teacher
     from tools.captionbert import long_inputs
 
-    assert long_inputs.window_ids([[101, 5, 6, 7, 8, 102], [101, 5, 102]], 4, 102) == [[101, 5, 6, 102],
+    assert long_inputs.window_ids([[101, 5, 6, 7, 8, 102], [101, 5, 102]], 4) == [[101, 5, 6, 102],
                                                                                        [101, 5, 102]]
     folder, _ = tiny_captionbert
     teacher = tiny_teacher(tmp_path / "teacher", 24, seed=4)  # the tiny student's output width

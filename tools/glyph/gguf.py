@@ -37,6 +37,8 @@ from pathlib import Path
 
 import numpy as np
 
+from shared_modeling.encoding import truncate_keeping_last
+
 SPECIAL_IDS = {"bos": "<s>", "eos": "</s>", "sep": "</s>", "pad": "<pad>", "unk": "<unk>", "mask": "<mask>"}
 GELU = ("gelu", "gelu_new", "gelu_pytorch_tanh")  # llama.cpp's bert FFN is GELU (ggml_gelu, tanh form)
 ST_MODULES = ("Transformer", "Pooling", "Normalize")  # class names; their module paths move between versions
@@ -318,7 +320,7 @@ def llama_tokenize(llm, text):
 
     ids = llm.tokenize(text.encode("utf-8"), add_bos=True, special=True)
     limit = llama_cpp.llama_model_n_ctx_train(llm.model)
-    return ids if len(ids) <= limit else ids[:limit - 1] + ids[-1:]
+    return truncate_keeping_last(ids, limit)
 
 
 def pack(sequences, n_tokens, n_seqs):
