@@ -1,10 +1,12 @@
-"""AMOE training: the arm losses, the pair datasets (never STS-8 text), greedy selection against the control, and the
-tools end to end on a tiny trunk (tools/captionbert/amoe/solo.py -> dispatch.py -> select.py)."""
+"""AMOE training: the arm losses, the pair datasets (never STS-8 text), the tools' flags, greedy selection against
+the control, and the tools end to end on a tiny trunk (tools/captionbert/amoe/solo.py -> dispatch.py -> select.py)."""
 
+import dataclasses
 import itertools
 import json
 import math
 import shutil
+from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
@@ -13,6 +15,7 @@ import torch
 import torch.nn.functional as F
 
 from shared_modeling.losses import cosent, info_nce_with_hard_negatives
+from helpers import ROOT
 from tools import corpus, runs, sts
 from tools.captionbert.amoe import arms, dispatch, pairs, select, solo
 
@@ -173,6 +176,53 @@ def test_a_fresh_arm_is_inert_whatever_its_gate():
     assert all(site.gate.item() == 0.0 for site in arm.blocks)
     assert all(not site.head_out.weight.any() and not site.head_out.bias.any() for site in arm.blocks)
     assert all(site.gate.item() == -3.0 for site in arms.fresh_arm(trunk, seed=0).blocks)  # the spec's
+
+
+# ---- the flags ------------------------------------------------------------------------------------------------------
+
+def test_each_tool_s_flags_parse_to_its_config_with_their_names_and_types():
+    """The dataclass fields through HfArgumentParser: --x-y flags, paths as Path, a bool as --x / --no-x, a list as
+    --x A B, --arm repeated into the roster, choices refused, sizes checked."""
+    config = arms.parse_config(solo.SoloConfig, ["--data", "equiv", "--no-sts8", "--gate-init", "0", "--sites", "6",
+                                                 "--triples-loss", "cosent", "--tasks", "BIOSSES", "STS-B",
+                                                 "--learning-rate", "3e-3", "--out", "o"], "")
+    assert config == solo.SoloConfig(out=Path("o"), data="equiv", sts8=False, gate_init=0.0, sites=6,
+                                     triples_loss="cosent", tasks=["BIOSSES", "STS-B"], learning_rate=3e-3)
+    assert isinstance(config.data_dir, Path) and config.steps == 480  # solo's own default over Common's
+    config = arms.parse_config(dispatch.DispatchConfig, ["--arm", "a", "--arm", arms.CONTROL, "--sts8", "--out", "o"],
+                               "")
+    assert (config.arms, config.sts8, config.steps) == (["a", arms.CONTROL], True, 60)
+    config = arms.parse_config(select.SelectConfig, ["--solo", "s", "--candidates", "equiv", "paraphrase",
+                                                     "--tau-sweep", "0.05", "--out", "o"], "")
+    assert (config.solo, config.candidates, config.tau_sweep) == (Path("s"), ["equiv", "paraphrase"], [0.05])
+    for refused in (["--tasks", "STS-X"], []):  # no such task; a dispatch without --arm
+        with pytest.raises(SystemExit):
+            arms.parse_config(dispatch.DispatchConfig, [*refused, "--out", "o"], "")
+    with pytest.raises(SystemExit, match="--steps must be positive"):
+        arms.parse_config(select.SelectConfig, ["--steps", "0", "--out", "o"], "")
+    with pytest.raises(SystemExit, match="--batch-size must be at least 2"):
+        arms.parse_config(solo.SoloConfig, ["--batch-size", "1", "--out", "o"], "")
+
+
+def test_the_recorded_amoe_runs_parse_from_their_command_lines_to_their_recorded_configs():
+    """Every AMOE run under records/ (the former train.py's solo, dispatch and select) gives, from the command line it
+    recorded, the config it recorded (runs.records_config), so the same command finds it finished."""
+    jobs = {"solo": solo.SoloConfig, "dispatch": dispatch.DispatchConfig, "select": select.SelectConfig}
+    checked = 0
+    for path in sorted((ROOT / "records").rglob("run.json")):
+        run = json.loads(path.read_text())
+        package, _, job = run["tool"].split()[0].rpartition(".")
+        if run["tool"].startswith("captionbert.amoe.train "):  # the command was train.py <job> ...
+            job, argv = run["tool"].split()[1], run["argv"][2:]
+        elif package == "captionbert.amoe" and job in jobs:
+            argv = run["argv"][1:]
+        else:
+            continue
+        recorded = json.loads((path.parent / "config.json").read_text())
+        config = dataclasses.replace(arms.parse_config(jobs[job], argv, ""), device=recorded["device"])
+        assert runs.records_config(path.parent, config), path.parent
+        checked += 1
+    assert checked
 
 
 # ---- the tools end to end on a tiny trunk --------------------------------------------------------------------------
