@@ -372,7 +372,7 @@ def _read(path, expected_format):
         raise ValueError(f"{path} is not an {expected_format} file (format {metadata.get('format')!r})")
     if metadata.get("version") != FORMAT_VERSION:
         raise ValueError(f"{path} has {expected_format} format version {metadata.get('version')!r}; this code reads "
-                         f"version {FORMAT_VERSION} (retrain or re-save it with tools/captionbert/amoe/train.py)")
+                         f"version {FORMAT_VERSION} (retrain or re-save it with the tools in tools/captionbert/amoe/)")
     if any(field not in metadata for field in HASHED_FIELDS[expected_format]) \
             or metadata.get("content_hash") != file_hash(tensors, metadata):
         raise ValueError(f"{path}: content hash mismatch, the tensors or header (name, roster, tau, trunk) were "

@@ -445,14 +445,13 @@ def test_the_teacher_arm_pulls_the_trunk_towards_the_reference_teachers_embeddin
                                                                                     arm_trunk):
     from transformers import AutoModel
 
-    from tools.captionbert.amoe import pairs
-    from tools.captionbert.amoe import train as amoe_train
+    from tools.captionbert.amoe import pairs, solo
 
     trunk = arm_trunk
     out = tmp_path / "teacher-seed0"
-    assert amoe_train.main(["solo", "--data", str(extraction), "--steps", "40", "--learning-rate", "0.01",
-                            "--no-sts8", "--validation-rows", "50", "--model", str(trunk), "--data-dir",
-                            str(data_dir), "--out", str(out)]) == 0
+    assert solo.main(["--data", str(extraction), "--steps", "40", "--learning-rate", "0.01", "--no-sts8",
+                      "--validation-rows", "50", "--model", str(trunk), "--data-dir", str(data_dir),
+                      "--out", str(out)]) == 0
     assert json.loads((out / "metrics.json").read_text())["name"] == "teacher"
     data = pairs.load(str(extraction), data_dir)
     model = AutoModel.from_pretrained(trunk, trust_remote_code=True)

@@ -135,7 +135,7 @@ def long_inputs_context(long_inputs):
 
 
 def amoe_context(select, arms_json, references=None, levers=None):
-    """The AMOE section's values and table rows, from a tools/captionbert/amoe/train.py select run (metrics.json)
+    """The AMOE section's values and table rows, from a tools/captionbert/amoe/select.py run (metrics.json)
     and its ARMS.json; references: eval rows shown beside the arms (amoe_table); levers: a
     tools/captionbert/amoe/levers.py run's levers.json."""
     if "validation_against_sts8" not in select:

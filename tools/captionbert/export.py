@@ -16,7 +16,7 @@ What it does:
        sentence_bert_config.json, config_sentence_transformers.json) from its config;
     3. loads the folder with AutoModel in a fresh process and checks it embeds like the trained student, and with
        SentenceTransformer(trust_remote_code=True) in the same process, which must give AutoModel's embeddings;
-    4. with --amoe (a tools/captionbert/amoe/train.py select run on these weights): copies its amoe/ library into the
+    4. with --amoe (a tools/captionbert/amoe/select.py run on these weights): copies its amoe/ library into the
        folder
        and checks, in a fresh process, that attach_amoe() loads the shipped collective and that amoe_off() gives
        the bare embeddings bit for bit (a selection where no roster beat the trunk ships the solo arms and no
@@ -57,7 +57,7 @@ class Config:
     #                         into the Hub folder
     hub: Path | None = None  # the folder whose own files (code, config, tokenizer) the build starts from (default:
     #                          the Hub folder; None keeps the record free of this machine's absolute paths)
-    amoe: Path | None = None  # tools/captionbert/amoe/train.py select run whose amoe/ library ships with these weights
+    amoe: Path | None = None  # tools/captionbert/amoe/select.py run whose amoe/ library ships with these weights
     long: Path | None = None  # tools/captionbert/long_inputs.py run that scored the student's long inputs
     levers: Path | None = None  # tools/captionbert/amoe/levers.py run (its levers.json): the card's levers table
 
@@ -121,14 +121,14 @@ def parse_config(argv):
     parser.add_argument("--hub", type=Path, default=None,
                         help="the folder whose code, config and tokenizer the build starts from (default: the Hub "
                              "folder)")
-    parser.add_argument("--amoe", type=Path, default=None, help="tools/captionbert/amoe/train.py select run to ship")
+    parser.add_argument("--amoe", type=Path, default=None, help="tools/captionbert/amoe/select.py run to ship")
     parser.add_argument("--long", type=Path, default=None, help="tools/captionbert/long_inputs.py run of the student")
     parser.add_argument("--levers", type=Path, default=None,
                         help="tools/captionbert/amoe/levers.py run whose table goes on the card (needs --amoe)")
     config = Config(**vars(parser.parse_args(argv)))
     config.to = config.to or config.out / STUDENT
     if config.amoe is not None and not (config.amoe / "metrics.json").is_file():
-        raise SystemExit(f"{config.amoe} is not a finished tools/captionbert/amoe/train.py select run")
+        raise SystemExit(f"{config.amoe} is not a finished tools/captionbert/amoe/select.py run")
     if config.levers is not None and (config.amoe is None or not (config.levers / "levers.json").is_file()
                                       or not runs.read_json(config.levers / "levers.json")["complete"]):
         raise SystemExit(f"--levers {config.levers}: needs --amoe and a finished tools/captionbert/amoe/levers.py run "
