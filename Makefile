@@ -6,7 +6,7 @@ STAMP := $(VENV)/.installed
 DATA_DIR ?= ../shared/data
 
 .DEFAULT_GOAL := help
-.PHONY: help setup demo release cards timings onnx test test-fast vendor check-vendor bench publish
+.PHONY: help setup demo release cards timings onnx lint test test-fast vendor check-vendor bench publish
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-13s %s\n", $$1, $$2}'
@@ -44,10 +44,13 @@ onnx: setup ## ONNX graphs (float32 and int8) of the shipped captionbert and gly
 	$(PY) -m tools.captionbert.export_onnx
 	$(PY) -m tools.glyph.export_onnx
 
-test: setup ## run the test suite
+lint: setup ## ruff over the whole tree (the rules in pyproject.toml); make test runs it first
+	$(PY) -m ruff check --quiet .
+
+test: lint ## lint, then run the test suite
 	HF_HUB_OFFLINE=1 $(PY) -m pytest
 
-test-fast: setup ## the test suite without the tests marked slow (structure on tiny models; minutes, not the hour)
+test-fast: lint ## lint, then the test suite without the tests marked slow (structure on tiny models; minutes, not the hour)
 	HF_HUB_OFFLINE=1 $(PY) -m pytest -m "not slow"
 
 vendor: setup ## regenerate the shared_*.py copies in the Hub folders from shared_modeling/

@@ -50,12 +50,14 @@ class CaptionBertConfig(RemoteCodeFilesCheck, PreTrainedConfig):
                              f" got {self.trained_length}")
         if self.hidden_size % self.num_attention_heads:
             raise ValueError(
-                f"hidden_size ({self.hidden_size}) must be a multiple of num_attention_heads ({self.num_attention_heads})"
+                f"hidden_size ({self.hidden_size}) must be a multiple of num_attention_heads "
+                f"({self.num_attention_heads})"
             )
         if not 0.0 <= self.hidden_dropout_prob < 1.0:
             raise ValueError(f"hidden_dropout_prob must be in [0, 1), got {self.hidden_dropout_prob}")
         if self.pad_token_id is not None and not 0 <= self.pad_token_id < self.vocab_size:
-            raise ValueError(f"pad_token_id must index the vocabulary (size {self.vocab_size}), got {self.pad_token_id}")
+            raise ValueError(f"pad_token_id must index the vocabulary (size {self.vocab_size}), "
+                             f"got {self.pad_token_id}")
 
 
 __all__ = ["CaptionBertConfig"]

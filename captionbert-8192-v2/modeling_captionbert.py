@@ -19,7 +19,7 @@ from transformers.utils import can_return_tuple
 from .configuration_captionbert import CaptionBertConfig
 from .shared_amoe_mixin import AmoeMixin
 from .shared_checks import check_has_tokens, checked_from_pretrained
-from .shared_encoding import TextEncoderMixin
+from .shared_encoding import TextEncoderMixin, truncate_keeping_last
 from .shared_layers import Embeddings, Encoder
 from .shared_pooling import l2_normalize, masked_mean_pool
 
@@ -72,7 +72,8 @@ class CaptionBertModel(TextEncoderMixin, AmoeMixin, CaptionBertPreTrainedModel):
         """input_ids, attention_mask: (B, T). Returns BaseModelOutputWithPooling with
         last_hidden_state = token states (B, T, D), zeros at padded positions, and pooler_output = the
         L2-normalised embedding (B, E); with return_dict=False, the tuple (last_hidden_state, pooler_output).
-        Rows padded on the right (the tokenizer's padding); past config.trained_length a row is cut as encode cuts it."""
+        Rows padded on the right (the tokenizer's padding); past config.trained_length a row is cut as encode cuts
+        it."""
         if attention_mask is None:
             attention_mask = torch.ones_like(input_ids)
         limit = self.config.trained_length
@@ -125,7 +126,7 @@ class CaptionBertModel(TextEncoderMixin, AmoeMixin, CaptionBertPreTrainedModel):
                 stacklevel=3,
             )
             for i in too_long:
-                token_ids[i] = token_ids[i][:limit - 1] + token_ids[i][-1:]
+                token_ids[i] = truncate_keeping_last(token_ids[i], limit)
         return token_ids
 
     def embed_ids(self, rows):

@@ -1,8 +1,9 @@
 # Generated from shared_modeling/amoe.py by `make vendor`. Do not edit: edit the source and regenerate.
 """AMOE arms: small adapters on a frozen trunk's residual stream, mixed per token by a sinh/cosh dispatch.
 
-The maths is the contract in ../shared/specs/amoe.md. An arm has one `ArmSite` after every transformer block; a
-`Dispatch` has one `BlockDispatch` per block; `AmoeLayer` wraps a trunk layer (kept as `base_layer`) and adds
+The maths, which this file is the whole of (the classes below write out each term). An arm has one `ArmSite` after
+every transformer block; a `Dispatch` has one `BlockDispatch` per block; `AmoeLayer` wraps a trunk layer (kept as
+`base_layer`) and adds
 
     y = x + sum over ENABLED arms k of (w_k / z) * delta_k(x),   w_k = sinh(u_k),  z = sum over ALL arms cosh(u_j)
 
@@ -22,6 +23,7 @@ import re
 import shutil
 import warnings
 from pathlib import Path
+from types import MappingProxyType
 from typing import NamedTuple
 
 import torch
@@ -201,7 +203,7 @@ def compiled_arm_step():
     ops fuse into a few loops; compiled on its first call per roster, shared by every model in the process. None,
     with a warning that says why, where no C++ compiler is found: the arms then run eagerly."""
     if not any(name and shutil.which(name) for name in (os.environ.get("CXX"), "g++", "c++", "clang++")):
-        warnings.warn("compile=True needs a C++ compiler for torch.compile's CPU backend (g++ or clang++ on PATH, or "
+        warnings.warn("compiled=True needs a C++ compiler for torch.compile's CPU backend (g++ or clang++ on PATH, or "
                       "$CXX) and none was found: the arms run eagerly, at eager speed", stacklevel=3)
         return None
     return torch.compile(arm_step, dynamic=True)
@@ -231,7 +233,8 @@ class ArmSwitch:
     wrapped layer of that pass sees the same roster, whatever another thread sets meanwhile. `pinned(())` turns
     every arm off for the calling thread's context alone (amoe_off). `set` changes the model for every thread."""
 
-    _pins = contextvars.ContextVar("amoe_pins", default={})  # {id(switch): roster} pinned in this context
+    # {id(switch): roster} pinned in this context; read-only, every pin sets a new mapping
+    _pins = contextvars.ContextVar("amoe_pins", default=MappingProxyType({}))
 
     def __init__(self, roster):
         self.roster = tuple(roster)
@@ -370,7 +373,7 @@ def _read(path, expected_format):
         raise ValueError(f"{path} is not an {expected_format} file (format {metadata.get('format')!r})")
     if metadata.get("version") != FORMAT_VERSION:
         raise ValueError(f"{path} has {expected_format} format version {metadata.get('version')!r}; this code reads "
-                         f"version {FORMAT_VERSION} (retrain or re-save it with tools/captionbert/amoe/train.py)")
+                         f"version {FORMAT_VERSION} (retrain or re-save it with the tools in tools/captionbert/amoe/)")
     if any(field not in metadata for field in HASHED_FIELDS[expected_format]) \
             or metadata.get("content_hash") != file_hash(tensors, metadata):
         raise ValueError(f"{path}: content hash mismatch, the tensors or header (name, roster, tau, trunk) were "

@@ -22,6 +22,12 @@ from .shared_checks import check_batch_size, check_finite_embeddings, check_text
 from .shared_pooling import l2_normalize
 
 
+def truncate_keeping_last(ids, limit):
+    """`ids` cut to `limit` tokens, its last one kept (the closing [SEP] or </s>), as sentence-transformers truncates;
+    a list no longer than `limit` unchanged."""
+    return ids if len(ids) <= limit else ids[:limit - 1] + ids[-1:]
+
+
 class TextEncoderMixin:
     _tokenizer = None
     encode_batch_size = 32

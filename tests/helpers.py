@@ -101,7 +101,7 @@ def assert_card_from_records(export, folder):
     from those records (or is a published value the specs quote)."""
     from tools import cards
 
-    card = cards.export_tool(export).card_from_records(export)
+    card = cards.card_from_records(export)
     assert cards.built_folder(export) == folder and (folder / "README.md").read_text() == card
     numbers = cards.record_numbers([*cards.source_folders(export), folder / "config.json"])
     assert cards.unaccounted_numbers(card, numbers, cards.published_numbers()) == []

@@ -182,7 +182,7 @@ TOKENIZER = "tokenizer of .* has [0-9,]+ tokens, the model's vocabulary [0-9,]+:
 BAD_FILES = [  # (id, model, how its folder is broken, error type, message pattern)
     # without tokenizer.json, tokenizer_config.json loads a BertTokenizer of its 5 special tokens
     ("no tokenizer.json", "captionbert", without("tokenizer.json"), ValueError, TOKENIZER),
-    *((f"another model's tokenizer", name, with_another_tokenizer, ValueError, TOKENIZER)
+    *(("another model's tokenizer", name, with_another_tokenizer, ValueError, TOKENIZER)
       for name in ("captionbert", "geolip")),
     *((f"tokens {how} in tokenizer.json", name, lambda folder, copy, move=move: with_ids_moved(folder, copy, move),
        ValueError, "maps tokens to other ids than the model was trained with")

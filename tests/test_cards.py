@@ -4,7 +4,7 @@ released records: test_shipped.py)."""
 import pytest
 from huggingface_hub import ModelCard
 
-from tools import cards
+from tools import card_engine, cards
 
 RECORDS = {0.91793, 1234.0, 58_308_864.0, 0.4567, 2112.0}  # 2112 s = 35.2 min
 
@@ -31,7 +31,7 @@ def test_code_blocks_and_names_with_digits_are_not_numbers():
 
 
 def test_front_matter_is_valid_model_card_metadata():
-    header = cards.front_matter(library_name="transformers", pipeline_tag="feature-extraction", tags=["a", "b"],
+    header = card_engine.front_matter(library_name="transformers", pipeline_tag="feature-extraction", tags=["a", "b"],
                                 datasets=["google/imageinwords"], model_name="m", base_model="x/y",
                                 results=[{"task_type": "feature-extraction", "dataset_type": "google/imageinwords",
                                           "dataset_name": "held out", "metric_type": "accuracy",

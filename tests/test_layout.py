@@ -1,6 +1,6 @@
 """The shape of tools/: every pipeline of the registry has its package with the same step names, no module under
-tools/ reaches another module's main() or imports a step script (scripts import only libraries), and the former module
-names map onto modules that exist."""
+tools/ reaches another module's main() or imports a step script (scripts import only libraries), statically or by a
+name computed at run time."""
 
 import ast
 
@@ -75,6 +75,31 @@ def test_no_module_imports_a_step_script(path):
     assert imported_from(ast.parse(path.read_text())) & (STEP_SCRIPTS - {module_name(path)}) == set()
 
 
+def dynamic_imports(tree):
+    """The calls that import a module by a name computed at run time: importlib.import_module(...), __import__(...)."""
+    return [ast.unparse(node) for node in ast.walk(tree) if isinstance(node, ast.Call)
+            and ast.unparse(node.func) in ("importlib.import_module", "import_module", "__import__")]
+
+
+def test_the_only_dynamic_import_is_of_each_pipeline_s_card_library():
+    """Static imports are checked above; the one import by computed name, tools/cards.py's of each pipeline's card
+    library (registry.Pipeline.card), names a library beside the card's template, never a step script."""
+    calls = {module_name(path): dynamic_imports(ast.parse(path.read_text())) for path in TOOLS}
+    assert {module: found for module, found in calls.items() if found} == {
+        "tools.cards": ["importlib.import_module(pipeline.card)"]}
+    for pipeline in registry.PIPELINES:
+        assert is_module(pipeline.card) and pipeline.card not in STEP_SCRIPTS
+        assert (ROOT / "tools" / pipeline.name / "card.md").is_file()
+        assert "def main" not in (ROOT / "tools" / pipeline.name / "card.py").read_text()
+
+
+def test_the_dynamic_import_check_sees_each_form():
+    tree = ast.parse("import importlib\nfrom importlib import import_module\nimportlib.import_module('tools.x')\n"
+                     "import_module(name)\n__import__('tools.y')\n")
+    assert dynamic_imports(tree) == ["importlib.import_module('tools.x')", "import_module(name)",
+                                     "__import__('tools.y')"]
+
+
 def test_the_step_script_check_sees_every_form_of_import():
     tree = ast.parse("from tools.captionbert import train as t\nfrom tools.glyph.train import embed\n"
                      "import tools.geolip.train\nfrom tools.captionbert.data import Config\n")
@@ -88,11 +113,3 @@ def test_every_pipeline_has_its_package_with_the_common_steps():
         for step in ("data", "train", "evaluate", "export"):
             assert (package / f"{step}.py").is_file(), f"tools/{pipeline.name}/{step}.py"
         assert pipeline.path.is_dir() and (pipeline.path / "config.json").is_file()
-
-
-def test_the_former_module_names_map_onto_modules_that_exist():
-    for module, former in registry.FORMER_NAMES.items():
-        assert (ROOT / "tools" / f"{module.replace('.', '/')}.py").is_file(), module
-        assert not (ROOT / "tools" / f"{former}.py").exists(), f"tools/{former}.py is back beside {module}"
-        assert registry.module_of_record(former) == module
-    assert registry.module_of_record("captionbert.export") == "captionbert.export"

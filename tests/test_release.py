@@ -3,36 +3,37 @@ copies the build in with the JSON records its card is regenerated from, refusing
 card tool is faked (its card prints one number of one record); the real exports' cards are tested in each pipeline's
 end-to-end test."""
 
-import types
 
 import pytest
 
-from tools import cards, registry, release, runs
+from tools import card_engine, cards, registry, release, runs
 
 GLYPH = registry.GLYPH
 
 
 def card(score):
-    return cards.front_matter(library_name="sentence-transformers", pipeline_tag="sentence-similarity", tags=["x"],
-                              datasets=None, model_name=GLYPH.folder,
-                              results=[{"task_type": "sentence-similarity", "dataset_type": "glyph",
-                                        "dataset_name": "held out", "metric_type": "accuracy",
-                                        "metric_name": "win rate", "metric_value": score}]) + f"\nwin rate {score}\n"
+    return card_engine.front_matter(library_name="sentence-transformers", pipeline_tag="sentence-similarity",
+                                    tags=["x"], datasets=None, model_name=GLYPH.folder,
+                                    results=[{"task_type": "sentence-similarity", "dataset_type": "glyph",
+                                              "dataset_name": "held out", "metric_type": "accuracy",
+                                              "metric_name": "win rate", "metric_value": score}]
+                                    ) + f"\nwin rate {score}\n"
 
 
-def context_from_records(folder, root=None):
-    """The fake export tool's values: the win rate of the evaluation its config names (relative to root), and the
-    overview the README's tables show, with the alternative's win rate."""
+def card_values(folder, root=None):
+    """The fake card library's (template, values): the win rate of the evaluation its config names (relative to
+    root), and the overview the README's tables show, with the alternative's win rate."""
     config = runs.read_json(folder / "config.json")
     metrics = runs.read_json((root or runs.ROOT) / config["eval"] / "metrics.json")
-    return {"score": metrics["win_rate"],
-            "overview": cards.Overview(model=GLYPH.folder, job="glyph", reads="256 tokens", width=256,
-                                       similarity="cosine", alternative="general",
-                                       results=[("win rate", "held out", metrics["win_rate"], metrics["general"])])}
+    return None, {"score": metrics["win_rate"],
+                  "overview": card_engine.Overview(model=GLYPH.folder, job="glyph", reads="256 tokens", width=256,
+                                             similarity="cosine", alternative="general",
+                                             results=[("win rate", "held out", metrics["win_rate"],
+                                                       metrics["general"])])}
 
 
 def card_from_records(folder, root=None):
-    return card(context_from_records(folder, root)["score"])
+    return card(card_values(folder, root)[1]["score"])
 
 
 @pytest.fixture
@@ -42,8 +43,8 @@ def project(tmp_path, monkeypatch):
     monkeypatch.setattr(cards, "RECORDS", tmp_path / "records")
     monkeypatch.setattr(cards, "README", tmp_path / "README.md")
     monkeypatch.setattr(cards, "TIMINGS", tmp_path / "records" / "timings.json")
-    monkeypatch.setattr(cards, "export_tool", lambda export: types.SimpleNamespace(
-        card_from_records=card_from_records, context_from_records=context_from_records))
+    monkeypatch.setattr(cards, "card_values", card_values)
+    monkeypatch.setattr(cards, "card_from_records", card_from_records)
     (tmp_path / "README.md").write_text("# bundle\n" + "".join(
         f"<!-- {name}: written by `make cards` from records/ -->\nold\n<!-- end of {name} -->\n"
         for name in ("models", "commands", "measured")))
@@ -103,7 +104,8 @@ def test_a_release_copies_the_build_and_mirrors_its_json_records(project):
     assert cards.released(GLYPH) == (records, records / "runs/demo/glyph/export")
     readme = (project / "README.md").read_text()
     assert f"| {GLYPH.folder} | cpu budget | win rate | held out | 0.7500 | general | 0.1250 |" in readme
-    assert f"| `{GLYPH.folder}` | glyph | 256 tokens | 256-d | cosine | win rate: **0.7500** | general: 0.1250 |" in readme
+    assert (f"| `{GLYPH.folder}` | glyph | 256 tokens | 256-d | cosine | win rate: **0.7500** | general: 0.1250 |"
+            in readme)
     assert "| captionbert-8192-v2 | not released | | | | | |" in readme
     assert "| `make test` | the test suite" in readme and "not measured yet" in readme
 
@@ -143,5 +145,5 @@ def test_a_released_card_is_regenerated_from_the_records_alone(project):
     runs.write_json(project / "runs/demo/glyph/eval/metrics.json", {"win_rate": 0.1, "general": 0.125})  # not in git
     assert cards.write_cards([export], check=True) == [str(export / GLYPH.folder / "README.md")]
     root, released = cards.released(GLYPH)
-    assert cards.export_tool(released).card_from_records(released, root) == (GLYPH.path / "README.md").read_text()
+    assert cards.card_from_records(released, root) == (GLYPH.path / "README.md").read_text()
     assert runs.read_json(root / cards.RELEASE)["budget"] == "cpu"

@@ -38,7 +38,7 @@ def released_export(folder):
 @pytest.mark.parametrize("folder", FOLDERS)
 def test_the_committed_card_is_its_records(folder):
     root, export, _ = released_export(folder)
-    card = cards.export_tool(export).card_from_records(export, root)
+    card = cards.card_from_records(export, root)
     assert (ROOT / folder / "README.md").read_text() == card, "stale card: run make cards"
     numbers = cards.record_numbers([*cards.source_folders(export, root), ROOT / folder / "config.json"])
     assert cards.unaccounted_numbers(card, numbers, cards.published_numbers()) == []

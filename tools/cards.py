@@ -1,16 +1,17 @@
 """Model cards: regenerate every folder's README.md purely from run records, and check where each number in a card
 comes from.
 
-Every export tool (tools/captionbert/export.py, tools/glyph/export.py, tools/geolip/export.py) writes the card of the
-folder it builds with its `card_from_records(export_run_folder, root)`, which reads nothing but run records: the
-export's own (config.json, naming the runs it packaged, and metrics.json, its checks) and those of the runs it names,
-each path relative to `root` (the repository, or a records folder that mirrors it). tools/release.py copies a build
-into its Hub folder together with those records, compacted to their JSON files, under records/<folder>/ (in git).
-This tool calls the same function on the committed records, so `make cards` after a change to a card's template
-rewrites the three cards without re-exporting any weights, and a fresh clone can check them. It also rewrites the
-project README's two generated tables (which model for which job, and the measured results beside what a user would
-pick instead) from each card's Overview, which its export module's `context_from_records` computes from the same
-records.
+Each pipeline's card is its template, tools/<pipeline>/card.md, and the library beside it, tools/<pipeline>/card.py
+(registry.Pipeline.card names it; both build on tools/card_engine.py), whose `card_context(records)` computes the
+template's values from run records alone: a `card_engine.Records` of one export run, which reads the export's own
+config.json and metrics.json and, by name, the records of the runs its config names, each path relative to a root (the
+repository, or a records folder that mirrors it). `card_from_records(export_run_folder, root)` renders it; the export
+tool writes its folder's card with it. tools/release.py copies a build into its Hub folder together with those
+records, compacted to their JSON files, under records/<folder>/ (in git). This tool renders the same cards from the
+committed records, so `make cards` after a change to a card's template rewrites the three cards without re-exporting
+any weights, and a fresh clone can check them. It also rewrites the project README's two generated tables (which model
+for which job, and the measured results beside what a user would pick instead) from each card's Overview (its
+card_context's "overview").
 
 Usage:
     python -m tools.cards                          # the three Hub folders, each from its release's records
@@ -29,14 +30,12 @@ import importlib
 import json
 import re
 import sys
-from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
-import jinja2
-from huggingface_hub import EvalResult, ModelCard, ModelCardData
+from huggingface_hub import ModelCard
 
-from tools import registry, runs
+from tools import card_engine, registry, runs
 
 SPECS = runs.ROOT.parent / "shared" / "specs"
 NUMBER = re.compile(r"(?<![\w.\-/+])([+-]?\d[\d,]*(?:\.\d+)?)(%|M\b|K\b| MiB)?(?![\w])")
@@ -45,7 +44,6 @@ CODE_BLOCK = re.compile(r"```.*?```", flags=re.DOTALL)
 README = runs.ROOT / "README.md"
 RECORDS = runs.ROOT / "records"  # records/<folder>/: the compact run records of each Hub folder's build (release.py)
 RELEASE = "release.json"  # in records/<folder>/: which export run of the mirrored tree the folder's build is
-LANGUAGE, LICENCE = "en", "apache-2.0"  # every card's
 TIMINGS = RECORDS / "timings.json"  # the README's commands' measured times (tools/timings.py)
 COMMANDS = {  # the README's commands table: what each does (its time comes from TIMINGS)
     "make demo": "creates `.venv`, installs everything pinned, builds the three models at the quick budget into "
@@ -58,90 +56,25 @@ COMMANDS = {  # the README's commands table: what each does (its time comes from
 }
 
 
-@dataclass
-class Overview:
-    """What a model is for and how it compares with what a user would pick instead, from its run records: the short
-    list and comparison table its card opens with (sentence-transformers' card template does the same), and its rows
-    in the project README's tables (readme_sections)."""
-    model: str  # the Hub folder
-    job: str  # what to use it for, one line
-    reads: str  # how many tokens of a text it reads, as trained
-    width: int  # output dimension
-    similarity: str  # how to compare two embeddings
-    alternative: str  # what a user would pick instead, measured in the same harness
-    results: list  # [(measure, on, this model's value, the alternative's value)], the headline first
-
-    def markdown(self):
-        """The card's opening (its template's `{{ overview.markdown() }}`): the short list, then this model beside
-        the alternative on each measure."""
-        lines = [f"- **Job:** {self.job}", f"- **Maximum sequence length:** {self.reads}",
-                 f"- **Output dimensionality:** {self.width}, L2-normalised",
-                 f"- **Similarity function:** {self.similarity}", f"- **Language:** {LANGUAGE}",
-                 f"- **Licence:** {LICENCE}", "",
-                 f"| measure | on | this model | {self.alternative} (what a user might pick instead) |",
-                 "|---|---|---|---|"]
-        lines += [f"| {measure} | {on} | **{value:.4f}** | {theirs:.4f} |"
-                  for measure, on, value, theirs in self.results]
-        return "\n".join(lines)
+def export_pipeline(export_folder):
+    """The pipeline whose export tool wrote this run folder (its run.json names the tool), or None."""
+    tool = runs.read_json(Path(export_folder) / "run.json").get("tool", "")
+    return next((pipeline for pipeline in registry.PIPELINES if tool == f"{pipeline.name}.export"), None)
 
 
-def render(template, block=None, **values):
-    """A card's text from its Markdown template (tools/<pipeline>/card.md, Jinja syntax) and the values its
-    card_context computed from the run records: every {{ name }} must be given (a missing value is an error, not a
-    blank), and the rest of the template is kept byte for byte. block: render only that {% block %} of it."""
-    environment = jinja2.Environment(keep_trailing_newline=True, undefined=jinja2.StrictUndefined, autoescape=False)
-    card = environment.from_string(Path(template).read_text())
-    if block is None:
-        return card.render(**values)
-    return "".join(card.blocks[block](card.new_context(values)))
+def card_values(export_folder, root=runs.ROOT):
+    """(the card's template, its values) from the records of an export run, by its pipeline's card library."""
+    pipeline = export_pipeline(export_folder)
+    if pipeline is None:
+        raise SystemExit(f"{export_folder} is not an export run (its run.json names another tool)")
+    card = importlib.import_module(pipeline.card)
+    return card.CARD, card.card_context(card_engine.Records(export_folder, root))
 
 
-def front_matter(*, library_name, pipeline_tag, tags, datasets, model_name, results, base_model=None):
-    """The card's YAML metadata (huggingface_hub's ModelCardData): licence, library, pipeline tag, tags, base model,
-    datasets, and a model-index of the measured results. results: [{"task_type", "dataset_type", "dataset_name",
-    "metric_type", "metric_name", "metric_value", optional "dataset_split"}, ...]."""
-    data = ModelCardData(language=LANGUAGE, license=LICENCE, library_name=library_name, pipeline_tag=pipeline_tag,
-                         tags=tags, base_model=base_model, datasets=datasets, model_name=model_name,
-                         eval_results=[EvalResult(**result) for result in results])
-    return f"---\n{data.to_yaml()}\n---\n"
-
-
-def embedding_space_paragraph(export, accessor):
-    """The card's note on the embedding-space id (shared_modeling/identity.py), read from the export record; an export
-    that hashed the config fields with the weights (identity.embedding_space's config) says so in the record, and
-    records written before that field existed hashed the weights alone."""
-    covers_config = export.get("embedding_space_covers_config", False)
-    hashed = "these weights and of the config fields that run them" if covers_config else "these weights"
-    return (f"**Embedding space: `{export['embedding_space']}`** (`{accessor}`), a hash of {hashed}. Store it with "
-            "any index built from these embeddings and query that index only with a model that reports the same id: "
-            "two trainings of the same code give unrelated spaces.")
-
-
-def inputs_and_threads_paragraph(extra_state=""):
-    """The card's note on what `encode` refuses and what may run in parallel (shared_modeling/checks.py, the same for
-    every model with remote code); extra_state names further calls that change the model for every thread."""
-    return ("**Refused, never embedded silently.** `encode` takes a str or a list (or tuple) of str: `None`, a dict, a "
-            "generator, an array or a non-string item raises `TypeError` naming it, and so does a `batch_size` "
-            "that is neither an int nor None (the model's default). A text with no content (empty, blank, zero-width or "
-            "control characters only), one the tokenizer reduces to no token (a combining accent alone, U+FFFD, a "
-            "variation selector, private-use characters) or one with a lone surrogate raises `ValueError` naming it; "
-            "emoji are not refused: the tokenizer makes each one the unknown token `[UNK]`, so emoji-only texts "
-            "embed alike. Loading refuses weights with NaN or infinite "
-            "values, and the first `encode` a tokenizer whose vocabulary is not the model's (a folder missing "
-            "tokenizer.json); an embedding that comes out non-finite raises `RuntimeError`.\n\n"
-            "**Threads.** `encode` and `forward` may run from several threads at once on one model in eval mode "
-            "(the mode `from_pretrained` leaves it in): they change nothing in it (in train mode `encode` switches "
-            "it to eval for the call, so do not encode while another thread trains). Loading, `.to()`, training"
-            f"{extra_state} change the model for every thread: do them before serving, or from one thread.")
-
-
-def export_tool(export_folder):
-    """The export module that wrote this run folder (its run.json names the tool)."""
-    tool = runs.read_json(Path(export_folder) / "run.json")["tool"]
-    module = registry.module_of_record(tool)
-    if module not in {f"{pipeline.name}.export" for pipeline in registry.PIPELINES}:
-        raise SystemExit(f"{export_folder} is a {tool} run, not an export")
-    return importlib.import_module(f"tools.{module}")
+def card_from_records(export_folder, root=runs.ROOT):
+    """The card's text from the records of an export run alone (what the export writes, and `make cards` rewrites)."""
+    template, values = card_values(export_folder, root)
+    return card_engine.render(template, **values)
 
 
 def released(pipeline):
@@ -162,9 +95,7 @@ def records_of(folder):
     export = Path(folder).parent
     if not (export / "run.json").is_file() or not (export / "config.json").is_file():
         return None
-    module = registry.module_of_record(runs.read_json(export / "run.json").get("tool", ""))
-    exports = {f"{pipeline.name}.export" for pipeline in registry.PIPELINES}
-    if module not in exports or built_folder(export).resolve() != Path(folder).resolve():
+    if export_pipeline(export) is None or built_folder(export).resolve() != Path(folder).resolve():
         return None
     return runs.ROOT, export
 
@@ -311,7 +242,7 @@ def readme_sections(readme):
             measured.append(f"| {pipeline.folder} | not released | | | | | |")
             continue
         root, export = release
-        overview = export_tool(export).context_from_records(export, root)["overview"]
+        overview = card_values(export, root)[1]["overview"]
         build = f"{runs.read_json(root / RELEASE)['budget']} budget"
         measure, on, value, theirs = overview.results[0]
         models.append(f"| `{pipeline.folder}` | {overview.job} | {overview.reads} | {overview.width}-d | "
@@ -338,7 +269,7 @@ def write_cards(exports=None, check=False):
         targets = [(*release, pipeline.path) for pipeline, release in releases.items()]
     stale = []
     for root, export, folder in targets:
-        path, card = folder / "README.md", export_tool(export).card_from_records(export, root)
+        path, card = folder / "README.md", card_from_records(export, root)
         if check:
             if not path.is_file() or path.read_text() != card:
                 stale.append(str(path))

@@ -141,12 +141,11 @@ def demo_steps(data_dir, budget=BUDGETS["quick"]):
     for seed in (0, 1):  # both seeds score STS-8: select correlates validation with it across candidates and seeds
         for name, arm, arm_steps in arms:
             out = f"{root}/amoe/solo/{name}-seed{seed}"
-            steps.append(Step("captionbert.amoe.train", ["solo", "--data", arm, "--steps", str(arm_steps), "--seed",
-                                                         str(seed), "--model", f"{root}/distill/final", *data,
-                                                         "--out", out]))
-    steps.append(Step("captionbert.amoe.train", ["select", "--solo", f"{root}/amoe/solo", "--candidates",
-                                                 *[name for name, _, _ in arms], "--model", f"{root}/distill/final",
-                                                 *data, "--out", f"{root}/amoe/select"]))
+            steps.append(Step("captionbert.amoe.solo", ["--data", arm, "--steps", str(arm_steps), "--seed", str(seed),
+                                                        "--model", f"{root}/distill/final", *data, "--out", out]))
+    steps.append(Step("captionbert.amoe.select", ["--solo", f"{root}/amoe/solo", "--candidates",
+                                                  *[name for name, _, _ in arms], "--model", f"{root}/distill/final",
+                                                  *data, "--out", f"{root}/amoe/select"]))
     levers = ["--levers", f"{root}/amoe/levers"] if budget.levers else []
     if budget.levers:
         steps.append(Step("captionbert.amoe.levers", ["--extract", f"{root}/extract", "--align", f"{root}/align",
@@ -204,8 +203,7 @@ def content_hash(folder):
 
 def fingerprint(step, inputs):
     """A hash of the step's command and of the results (content hashes) of the steps it reads."""
-    tool = registry.FORMER_NAMES.get(step.tool, step.tool)  # runs finished before the regroup stay finished
-    return hashlib.sha256(json.dumps([tool, list(map(str, step.args)), inputs]).encode()).hexdigest()
+    return hashlib.sha256(json.dumps([step.tool, list(map(str, step.args)), inputs]).encode()).hexdigest()
 
 
 def recorded_minutes(step):

@@ -36,13 +36,13 @@ import json
 import shutil
 import sys
 import tempfile
-import textwrap
 import time
 from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
 
 import huggingface_hub
+import numpy as np
 import yaml
 from huggingface_hub import CommitOperationAdd, CommitOperationDelete, HfApi, constants
 from huggingface_hub.errors import HFValidationError
@@ -89,7 +89,8 @@ def parse_config(argv):
         try:
             validate_repo_id(repo_id(config, folder))
         except HFValidationError as problem:
-            raise SystemExit(f"--repo-prefix {config.repo_prefix!r} does not make a valid repo id: {problem}")
+            raise SystemExit(f"--repo-prefix {config.repo_prefix!r} does not make a valid repo id: "
+                             f"{problem}") from problem
     names = [folder.name for folder in config.folders]
     if len(set(names)) < len(names):
         raise SystemExit(f"two folders would go to the same repo: {names}")
@@ -115,7 +116,7 @@ def manifest(folder):
                                                for key in ("file", "routing") if key in arm)}
         except (ValueError, KeyError, TypeError, AttributeError) as problem:
             raise SystemExit(f"{arms_json} does not list the AMOE library (arms: {{name: {{file, routing}}}}): "
-                             f"{problem!r}")
+                             f"{problem!r}") from problem
         if library.get("collective"):
             names.add(f"amoe/{library['collective']}/dispatch.safetensors")
     return names
@@ -188,72 +189,60 @@ def card_problems(folder):
     records = cards.records_of(folder)
     if records is not None:
         root, export = records
-        if card.read_text() != cards.export_tool(export).card_from_records(export, root):
+        if card.read_text() != cards.card_from_records(export, root):
             problems.append(f"README.md is not what the run records of {export} give: run `make cards` (a Hub "
                             "folder) or the export again (a build)")
     return problems
 
 
-LOAD = textwrap.dedent("""
-    import glob, importlib.util, json, sys
-    from pathlib import Path
-    import numpy as np
-    assert importlib.util.find_spec("shared_modeling") is None, "the project must not be importable here"
-    folder, request = sys.argv[1], json.loads(sys.stdin.read())
-    texts, checks = request["texts"], []
-    if request["loader"] == "SentenceTransformer":
-        from sentence_transformers import SentenceTransformer
-        model = SentenceTransformer(folder, device="cpu")
-        embeddings = model.encode(texts)
-        space = model[0].auto_model.config.embedding_space  # a stock model: written into config.json at export
-        checks.append("SentenceTransformer")
-        for gguf in sorted(glob.glob(folder + "/*-f16.gguf")):
-            from llama_cpp import Llama
-            ours = np.array([Llama(model_path=gguf, embedding=True, verbose=False).embed(text) for text in texts])
-            cosine = float((ours / np.linalg.norm(ours, axis=1, keepdims=True) * embeddings).sum(axis=1).min())
-            assert cosine > 0.999, f"{gguf} embeds differently in llama.cpp: cosine {cosine}"
-            checks.append(f"llama.cpp (cosine {cosine:.4f})")
-    else:
-        from transformers import AutoModel
-        model = AutoModel.from_pretrained(folder, trust_remote_code=True)
-        embeddings = model.encode(texts, show_progress_bar=False)
-        space = model.embedding_space
-        checks.append("AutoModel")
-        if (Path(folder) / "modules.json").is_file():  # captionbert ships a sentence-transformers pipeline too
-            from sentence_transformers import SentenceTransformer
-            gap = abs(SentenceTransformer(folder, trust_remote_code=True).encode(texts) - embeddings).max()
-            assert gap < 1e-5, f"SentenceTransformer differs from encode by {gap}"
-            checks.append("SentenceTransformer")
-    assert np.isfinite(embeddings).all(), "the embeddings are not finite"
-    result = {"parameters": sum(p.numel() for p in model.parameters()), "dimension": int(embeddings.shape[-1]),
-              "embedding_space": space, "amoe": None, "checks": checks}
-    if (Path(folder) / "amoe").is_dir():
-        try:
-            model.attach_amoe()  # checks the toggle law (every arm off == the bare trunk) itself
-        except FileNotFoundError as error:  # no collective ships: the error names the solo arms; one attaches alone
-            result["no_collective"] = str(error)
-            model.attach_amoe([min(p.stem for p in (Path(folder) / "amoe" / "routing").glob("*.safetensors"))])
-        with model.amoe_off():
-            assert (model.encode(texts, show_progress_bar=False) == embeddings).all(), "amoe_off != the bare trunk"
-        result["embedding_space_with_arms"] = model.embedding_space
-        result["amoe"] = model.detach_amoe()["dispatch"].roster
-        checks.append("attach_amoe + amoe_off")
-    print(json.dumps(result))
-""")
-
-
 def load_check(folder, files):
     """Copy `files` into a temporary folder named like `folder` and load it in a fresh process with the project not
-    importable, the ways users load it; returns {"parameters", "dimension", "embedding_space", "amoe" (the attached
-    roster or None), "checks" (what loaded), and "embedding_space_with_arms" when arms ship}. A failure ends the run
-    with its error. make demo's last step runs it on every folder too."""
+    importable, the ways users load it (tools/isolated_load.py); returns {"parameters", "dimension",
+    "embedding_space", "amoe" (the attached roster or None), "checks" (what loaded), and "embedding_space_with_arms"
+    and "no_collective" (attach_amoe()'s error, or None) when arms ship}. A failure ends the run with its error. make
+    demo's last step runs it on every folder too."""
     with tempfile.TemporaryDirectory(prefix="publish-") as temporary:
         copy = Path(temporary) / folder.name
         for name, path in files.items():
             (copy / name).parent.mkdir(parents=True, exist_ok=True)
             shutil.copyfile(path, copy / name)
-        return runs.run_isolated(LOAD, copy, payload={"loader": registry.BY_FOLDER[folder.name].loader,
-                                                      "texts": PROBE_TEXTS})
+        if registry.BY_FOLDER[folder.name].loader == "SentenceTransformer":
+            loaded = runs.load_isolated(copy, PROBE_TEXTS, sentence_transformers=True, gguf=True)
+        else:
+            loaded = runs.load_isolated(copy, PROBE_TEXTS, auto_model=True, amoe=(copy / "amoe").is_dir(),
+                                        sentence_transformers=(copy / "modules.json").is_file())
+    return loaded_as_published(folder, loaded)
+
+
+def loaded_as_published(folder, loaded):
+    """load_check's summary of an isolated load, after checking that every way it loaded gives the same finite
+    embeddings and that every arm off is the bare trunk; SystemExit naming what differs."""
+    main = loaded.get("auto_model") or loaded["sentence_transformers"]
+    embeddings = np.array(main["embeddings"])
+    if not np.isfinite(embeddings).all():
+        raise SystemExit(f"{folder}: the embeddings are not finite")
+    checks = ["AutoModel" if "auto_model" in loaded else "SentenceTransformer"]
+    if "auto_model" in loaded and "sentence_transformers" in loaded:  # captionbert ships a sentence-transformers
+        gap = float(np.abs(np.array(loaded["sentence_transformers"]["embeddings"]) - embeddings).max())  # pipeline
+        if gap >= 1e-5:
+            raise SystemExit(f"{folder}: SentenceTransformer differs from encode by {gap}")
+        checks.append("SentenceTransformer")
+    for name, rows in loaded.get("gguf", {}).items():
+        ours = np.array(rows)
+        cosine = float((ours / np.linalg.norm(ours, axis=1, keepdims=True) * embeddings).sum(axis=1).min())
+        if cosine <= 0.999:
+            raise SystemExit(f"{folder}: {name} embeds differently in llama.cpp: cosine {cosine}")
+        checks.append(f"llama.cpp (cosine {cosine:.4f})")
+    summary = {"parameters": main["parameters"], "dimension": int(embeddings.shape[-1]),
+               "embedding_space": main["embedding_space"], "amoe": None, "checks": checks}
+    if "amoe" in loaded:
+        attached = loaded["amoe"]
+        if attached["off"] != main["embeddings"]:
+            raise SystemExit(f"{folder}: amoe_off() is not the bare trunk")
+        summary.update(amoe=attached["roster"], embedding_space_with_arms=attached["embedding_space"],
+                       no_collective=attached["no_collective"])
+        checks.append("attach_amoe + amoe_off")
+    return summary
 
 
 # ---- upload --------------------------------------------------------------------------------------------------------

@@ -44,6 +44,12 @@ class Pipeline:
         """Its export step's run folder below a budget's root: the records its card comes from."""
         return f"{self.name}/export"
 
+    @property
+    def card(self):
+        """Its card library (tools/<name>/card.py, beside the card.md template it fills): CARD, the template's path,
+        and card_context(records), its values; tools/cards.py imports it by this name."""
+        return f"tools.{self.name}.card"
+
     def is_built(self, relative):
         """Whether this path in the folder (a str with "/") is written by an export, not the folder's own."""
         return any(fnmatch.fnmatch(relative, pattern) for pattern in (*self.weights, *self.built))
@@ -102,32 +108,3 @@ PIPELINES = (
 BY_NAME = {pipeline.name: pipeline for pipeline in PIPELINES}
 BY_FOLDER = {pipeline.folder: pipeline for pipeline in PIPELINES}
 CAPTIONBERT, GLYPH, GEOLIP = PIPELINES
-
-
-def of_folder(folder):
-    """The pipeline whose Hub folder has this folder's name, or SystemExit naming the known ones."""
-    pipeline = BY_FOLDER.get(folder.name)
-    if pipeline is None:
-        raise SystemExit(f"{folder}: not one of the bundle's Hub folders ({', '.join(BY_FOLDER)})")
-    return pipeline
-
-# The module names of the steps before tools/ was grouped by pipeline. Run records written before then name these
-# tools, and tools/demo.py's step fingerprints keep hashing these names, so that runs finished before the regroup
-# stay finished (a fingerprint's meaning is the step's command, not where its module lives) and their cards
-# regenerate.
-FORMER_NAMES = {
-    "captionbert.extract": "extract_teachers", "captionbert.align": "align_teachers",
-    "captionbert.train": "distill_captionbert", "captionbert.evaluate": "evaluate",
-    "captionbert.long_inputs": "evaluate_long_inputs", "captionbert.export": "export_captionbert",
-    "captionbert.tokenizer": "make_tokenizer", "captionbert.teacher_init": "teacher_init",
-    "captionbert.amoe.pairs": "pairs", "captionbert.amoe.silver": "silver_pairs",
-    "captionbert.amoe.train": "train_amoe",
-    "glyph.corpus": "build_glyph_corpus", "glyph.train": "train_glyph", "glyph.evaluate": "evaluate_glyph",
-    "glyph.gguf": "export_gguf", "glyph.export": "export_glyph",
-    "geolip.train": "train_geolip", "geolip.evaluate": "evaluate_geolip", "geolip.export": "export_geolip",
-}
-
-
-def module_of_record(tool):
-    """The module (under tools/) a run record's "tool" names, whether written before the regroup or after."""
-    return {former: module for module, former in FORMER_NAMES.items()}.get(tool, tool)

@@ -109,7 +109,7 @@ def release(pipeline, budget, force=False):
                              "--force (make release FORCE=1) ships it anyway")
     check_relative(export)
     root = write_records(pipeline, export, budget)
-    card = cards.export_tool(export).card_from_records(root / export.relative_to(runs.ROOT), root)
+    card = cards.card_from_records(root / export.relative_to(runs.ROOT), root)
     if card != (built / "README.md").read_text():
         raise SystemExit(f"the card regenerated from {root} differs from {built}/README.md: a record it reads was "
                          f"not mirrored ({pipeline.folder}/ is unchanged)")

@@ -170,16 +170,17 @@ def run_tool(module, *args):
         raise SystemExit(f"failed: python -m {' '.join(command[2:])}")
 
 
-def run_isolated(script, *args, payload=None):
-    """Run the Python `script` with `args` in a fresh interpreter whose working directory is a temporary folder and
-    whose environment has no PYTHONPATH, so that only installed packages and the folders named in args are used (the
-    way a user loads a Hub folder). `payload` goes to its stdin as JSON; returns the JSON of its last stdout line."""
+def load_isolated(folder, texts, **loads):
+    """Load `folder` the ways `loads` asks (auto_model=True, amoe=True, sentence_transformers=True,
+    manual_mean_pool=True, gguf=True) in a fresh interpreter that cannot import the project, as users load a Hub
+    folder, and embed `texts`; returns tools/isolated_load.py's answer. A failed load stops the caller with its
+    error."""
+    request = {"folder": str(Path(folder).resolve()), "texts": list(texts), **loads}
     with tempfile.TemporaryDirectory() as cwd:
-        result = subprocess.run([sys.executable, "-c", script, *map(str, args)], input=json.dumps(payload),
-                                capture_output=True, text=True, cwd=cwd,
-                                env={k: v for k, v in os.environ.items() if k != "PYTHONPATH"}, check=False)
+        result = subprocess.run([sys.executable, "-I", str(ROOT / "tools" / "isolated_load.py")],
+                                input=json.dumps(request), capture_output=True, text=True, cwd=cwd, check=False)
     if result.returncode != 0:
-        raise SystemExit(f"the isolated process ({' '.join(map(str, args))}) failed:\n{result.stderr[-3000:]}")
+        raise SystemExit(f"loading {folder} in an isolated process failed:\n{result.stderr[-3000:]}")
     return json.loads(result.stdout.strip().splitlines()[-1])
 
 

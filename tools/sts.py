@@ -63,7 +63,8 @@ def _sick_r(folder):
 def _biosses(folder):
     """Header row; standard quoting, since one quoted field holds a tab."""
     with open(folder / "all.tsv", encoding="utf-8") as handle:
-        return [(row["sentence1"], row["sentence2"], float(row["score"])) for row in csv.DictReader(handle, delimiter="\t")]
+        rows = csv.DictReader(handle, delimiter="\t")
+        return [(row["sentence1"], row["sentence2"], float(row["score"])) for row in rows]
 
 
 def load_task(data_dir, task):

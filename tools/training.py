@@ -78,7 +78,7 @@ def adam(parameters, learning_rate, weight_decay=0.0):
 
 def epoch_order(count, batch_size, seed, epoch):
     """The batches (index arrays) of one epoch: a shuffle that depends only on (seed, epoch); the tail is dropped.
-    Cached, since every step of the epoch asks for it."""
+    Drawn again at every step that asks (one permutation of `count` indices, small beside a training step)."""
     order = np.random.default_rng([seed, epoch]).permutation(count)
     return [order[i:i + batch_size] for i in range(0, count - batch_size + 1, batch_size)]
 

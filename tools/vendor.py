@@ -25,7 +25,8 @@ RELATIVE_IMPORT = re.compile(r"^(?P<indent>[ \t]*)from \.(?P<module>\w+) import 
 def vendored_text(module):
     """The generated file for shared_modeling/<module>.py."""
     source = (SOURCE / f"{module}.py").read_text()
-    header = f"# Generated from shared_modeling/{module}.py by `make vendor`. Do not edit: edit the source and regenerate.\n"
+    header = (f"# Generated from shared_modeling/{module}.py by `make vendor`. Do not edit: edit the source and "
+              "regenerate.\n")
     return header + RELATIVE_IMPORT.sub(r"\g<indent>from .shared_\g<module> import ", source)
 
 

@@ -1,5 +1,5 @@
-"""The captionbert build pipeline: corpus -> extract_teachers -> align_teachers -> distill_captionbert -> evaluate ->
-export_captionbert, on tiny random teachers and 200 real captions; Procrustes on synthetic data with known answers;
+"""The captionbert build pipeline: corpus -> extract -> align -> train (distillation) -> evaluate ->
+export, on tiny random teachers and 200 real captions; Procrustes on synthetic data with known answers;
 resumption after kill -9; 2-process extraction."""
 
 import json
@@ -54,7 +54,8 @@ def alignment(tmp_path_factory, extraction):
 @pytest.fixture(scope="session")
 def tiny_student(tmp_path_factory):
     """A tiny captionbert folder whose output width matches the tiny reference teacher (48)."""
-    return captionbert_copy(tmp_path_factory.mktemp("student") / "captionbert", **{**TINY_CAPTIONBERT, "output_dim": 48})
+    folder = tmp_path_factory.mktemp("student") / "captionbert"
+    return captionbert_copy(folder, **{**TINY_CAPTIONBERT, "output_dim": 48})
 
 
 # ---- corpus ---------------------------------------------------------------------------------------------------------
@@ -318,8 +319,9 @@ def test_pipeline_end_to_end_exports_a_loadable_folder_with_a_generated_card(tmp
                                                                              tiny_teachers, tiny_student, data_dir,
                                                                              monkeypatch):
     from tools.captionbert import train as captionbert_train
-    from tools.captionbert import long_inputs
+    from tools.captionbert import card as captionbert_card
     from tools.captionbert import export as captionbert_export
+    from tools.captionbert import long_inputs
 
     monkeypatch.setattr(encoders.teachers, "CACHE", tmp_path / "cache")  # the model2vec table of the tiny teacher
 
@@ -331,10 +333,10 @@ def test_pipeline_end_to_end_exports_a_loadable_folder_with_a_generated_card(tmp
     eval_dir = tmp_path / "eval"
     assert evaluate.main(["--out", str(eval_dir), "--gauge-captions", "100",
                           "--encoder", f"captionbert-8192-v2={distill / 'final'}",
-                          "--encoder", f"{captionbert_export.FROM_SCRATCH}={distill / 'final'}",
-                          "--encoder", f"{captionbert_export.STATIC}=model2vec:{tiny_teachers[0]}",
+                          "--encoder", f"{captionbert_card.FROM_SCRATCH}={distill / 'final'}",
+                          "--encoder", f"{captionbert_card.STATIC}=model2vec:{tiny_teachers[0]}",
                           "--encoder", str(tiny_teachers[0]), "--encoder", str(tiny_teachers[1]),
-                          "--encoder", f"{captionbert_export.FOR_SCALE}={tiny_teachers[1]}"]) == 0  # a tiny stand-in
+                          "--encoder", f"{captionbert_card.FOR_SCALE}={tiny_teachers[1]}"]) == 0  # a tiny stand-in
     long_dir = tmp_path / "long"
     assert long_inputs.main(["--model", str(distill / "final"), "--teacher", str(tiny_teachers[0]),
                              "--data-dir", str(data_dir), "--out", str(long_dir)]) == 0
@@ -346,7 +348,7 @@ def test_pipeline_end_to_end_exports_a_loadable_folder_with_a_generated_card(tmp
     without = tmp_path / "eval-without-for-scale"  # the card compares the model with all-MiniLM-L6-v2's row
     shutil.copytree(eval_dir, without)
     metrics = json.loads((without / "metrics.json").read_text())
-    del metrics[captionbert_export.FOR_SCALE]
+    del metrics[captionbert_card.FOR_SCALE]
     (without / "metrics.json").write_text(json.dumps(metrics))
     with pytest.raises(SystemExit, match="has no row 'all-MiniLM-L6-v2'"):
         captionbert_export.main(export_argv(without))
@@ -443,14 +445,13 @@ def test_the_teacher_arm_pulls_the_trunk_towards_the_reference_teachers_embeddin
                                                                                     arm_trunk):
     from transformers import AutoModel
 
-    from tools.captionbert.amoe import pairs
-    from tools.captionbert.amoe import train as amoe_train
+    from tools.captionbert.amoe import pairs, solo
 
     trunk = arm_trunk
     out = tmp_path / "teacher-seed0"
-    assert amoe_train.main(["solo", "--data", str(extraction), "--steps", "40", "--learning-rate", "0.01",
-                            "--no-sts8", "--validation-rows", "50", "--model", str(trunk), "--data-dir",
-                            str(data_dir), "--out", str(out)]) == 0
+    assert solo.main(["--data", str(extraction), "--steps", "40", "--learning-rate", "0.01", "--no-sts8",
+                      "--validation-rows", "50", "--model", str(trunk), "--data-dir", str(data_dir),
+                      "--out", str(out)]) == 0
     assert json.loads((out / "metrics.json").read_text())["name"] == "teacher"
     data = pairs.load(str(extraction), data_dir)
     model = AutoModel.from_pretrained(trunk, trust_remote_code=True)
@@ -475,7 +476,7 @@ def test_long_input_evaluation_scores_windows_against_the_whole_text(tmp_path, t
     from helpers import tiny_teacher
     from tools.captionbert import long_inputs
 
-    assert long_inputs.window_ids([[101, 5, 6, 7, 8, 102], [101, 5, 102]], 4, 102) == [[101, 5, 6, 102],
+    assert long_inputs.window_ids([[101, 5, 6, 7, 8, 102], [101, 5, 102]], 4) == [[101, 5, 6, 102],
                                                                                        [101, 5, 102]]
     folder, _ = tiny_captionbert
     teacher = tiny_teacher(tmp_path / "teacher", 24, seed=4)  # the tiny student's output width
@@ -524,7 +525,7 @@ def test_an_alignment_folder_gives_the_consensus_arm_and_one_arm_per_teacher(ali
 
 def test_levers_score_every_arm_against_the_bare_trunk_in_one_harness(tmp_path, alignment, extraction, data_dir,
                                                                        arm_trunk, monkeypatch):
-    from tools.captionbert import export as captionbert_export
+    from tools.captionbert import card as captionbert_card
     from tools.captionbert.amoe import levers
 
     with safe_open(str(alignment / "maps.safetensors"), "np") as maps:
@@ -558,7 +559,7 @@ def test_levers_score_every_arm_against_the_bare_trunk_in_one_harness(tmp_path, 
         assert row["sts8_gain"] == pytest.approx(solo["sts8"]["mean"] - bare["sts8"]["mean"]) and row["tasks"] == 2
         assert row["trunk_validation"] == bare["validation"]["mean"]  # every arm beside the same trunk mean
     assert solo_rows[-1]["validation"] is None  # the caption arm trains on Flickr8k: not judged on it
-    table = captionbert_export.levers_table(record).splitlines()
+    table = captionbert_card.levers_table(record).splitlines()
     assert len(table) == 2 + 1 + 5 and "not judged" in table[-2]  # header, the trunk, the levers
 
     finished = {p: p.stat().st_mtime_ns for p in out.glob("*/metrics.json")}

@@ -11,7 +11,7 @@ from sentence_transformers import SentenceTransformer
 from transformers import AutoModel
 
 from helpers import CAPTIONBERT, TINY_CAPTIONBERT, build_from_folder, captionbert_copy
-from tools import corpus, sts
+from tools import corpus, runs, sts
 from tools.captionbert import export as captionbert_export
 
 TOLERANCE = 1e-5  # the same forward either way; only the batching differs
@@ -74,9 +74,10 @@ def test_save_and_reload_keep_the_embeddings(tiny_folder, tmp_path):
 
 
 def test_a_fresh_process_without_the_project_gets_the_same_embeddings(tiny_folder):
-    loaded = captionbert_export.fresh_process_embeddings(tiny_folder, sentence_transformers=True)
-    np.testing.assert_allclose(loaded["sentence_transformers"], loaded["embeddings"], atol=TOLERANCE, rtol=0)
-    assert loaded["sentence_transformers_dimension"] == TINY_CAPTIONBERT["output_dim"]
+    loaded = runs.load_isolated(tiny_folder, TEXTS, auto_model=True, sentence_transformers=True)
+    st = loaded["sentence_transformers"]
+    np.testing.assert_allclose(st["embeddings"], loaded["auto_model"]["embeddings"], atol=TOLERANCE, rtol=0)
+    assert st["dimension"] == TINY_CAPTIONBERT["output_dim"]
 
 
 def test_shipped_arms_are_off_at_load_and_follow_attach_on_the_underlying_model(model_with_arms):

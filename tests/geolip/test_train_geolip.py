@@ -15,6 +15,7 @@ from transformers import AutoModel, AutoTokenizer
 from helpers import ROOT, assert_card_from_records, tiny_teacher
 from tools import corpus, runs, teachers
 from tools.geolip import evaluate as geolip_evaluate
+from tools.geolip import card as geolip_card
 from tools.geolip import export as geolip_export
 from tools.geolip import train as geolip_train
 from tools.geolip import data as geolip_data
@@ -94,12 +95,12 @@ def test_tiny_run_trains_evaluates_and_exports_a_loadable_folder(tmp_path, data_
     assert sorted(export["files_sha256"]) == ["base.safetensors", "memory.safetensors"]
     assert "CLIP-sized window of 77 tokens" in card and "spliced-tails top-1 (of 10, 3 groups)" in card
     for name in geolip_metrics.ROWS:  # every row, in the table
-        assert f"| {geolip_export.row_name(name, evaluation)} | {evaluation['rows'][name]['m_acc']:.3f} |" in card
+        assert f"| {geolip_card.row_name(name, evaluation)} | {evaluation['rows'][name]['m_acc']:.3f} |" in card
     assert export["goals"]["m_acc_above_window"]["met"] == (rows["memory"]["m_acc"] > rows["window"]["m_acc"])
     assert export["goals"]["spliced_top1"]["value"] == rows["memory"]["spliced_top1"]
-    for name in geolip_export.BASELINES:  # said plainly wherever the memory does not beat a baseline on m_acc
+    for name in geolip_card.BASELINES:  # said plainly wherever the memory does not beat a baseline on m_acc
         lost = rows["memory"]["m_acc"] <= rows[name]["m_acc"]
-        assert (f"{geolip_export.row_name(name, evaluation)} on m_acc (" in card) == lost
+        assert (f"{geolip_card.row_name(name, evaluation)} on m_acc (" in card) == lost
     assert_card_from_records(tmp_path / "export", folder)
 
     # with an ablation run (here the same evaluation, for the code path) the card compares them and names the shipped
@@ -197,8 +198,9 @@ def test_a_run_started_from_the_blend_fits_its_weight_on_training_texts_as_the_e
     untrained = geolip_data.build_model(config, 48)
     save_stored(untrained, tmp_path / "untrained", config.save_dtype)
     geolip_data.store_base_apart(tmp_path / "untrained")
-    assert (tmp_path / "untrained" / "base.safetensors").read_bytes() == (out / "final" / "base.safetensors").read_bytes()
-    assert (tmp_path / "untrained" / "memory.safetensors").read_bytes() != (out / "final" / "memory.safetensors").read_bytes()
+    untrained, trained = tmp_path / "untrained", out / "final"
+    assert (untrained / "base.safetensors").read_bytes() == (trained / "base.safetensors").read_bytes()
+    assert (untrained / "memory.safetensors").read_bytes() != (trained / "memory.safetensors").read_bytes()
 
 
 @pytest.mark.slow
@@ -396,12 +398,12 @@ def test_goals_and_rows_of_a_clip_base_that_has_no_whole_text_row():
     assert goals["gap_closed"]["met"] is None and "no whole-text row" in goals["gap_closed"]["why"]
     assert goals["m_acc_above_window"]["met"] and goals["spliced_top1"]["met"] and goals["gallery"]["met"]
     assert not goals["cosine_above_window"]["met"]
-    table = geolip_export.retrieval_table(evaluation)
+    table = geolip_card.retrieval_table(evaluation)
     assert "| the base reading the whole text | n/a: the base reads no more than its window |" in table
     assert "| **memory (this model)** | 0.950 | 0.950 | 0.950 | 0.700 | 0.920 |" in table
-    assert geolip_export.shortfalls(evaluation) == (
+    assert geolip_card.shortfalls(evaluation) == (
         "**Where the memory does not beat a baseline:** the base on its window (77 tokens) on mean cosine to the "
         "teacher (0.700 vs 0.800); the mean of the base's per-segment embeddings on m_acc (0.950 vs 0.960), "
         "recall@5 (0.950 vs 0.960), MRR (0.950 vs 0.960).")
     assert "| mean cosine to the teacher above the base on its window | 0.700 | > 0.800 | **missed** |" in \
-        geolip_export.goals_table(goals, evaluation)
+        geolip_card.goals_table(goals, evaluation)

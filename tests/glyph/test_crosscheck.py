@@ -9,7 +9,7 @@ from collections import Counter
 import pytest
 
 from tools import runs
-from tools.glyph import crosscheck, evaluate
+from tools.glyph import crosscheck, crosscheck_parts, evaluate
 from tools.glyph.data import read_triples
 from tools.glyph.generate import ClaimGenerator, Lexicon
 from tools.glyph.grammar import (
@@ -80,7 +80,7 @@ def test_atoms_avoid_the_training_vocabulary(made, data_dir):
     assert not words & VOCABULARY, sorted(words & VOCABULARY)[:10]
     assert all(re.fullmatch(r"[a-z]+(_[a-z]+){1,2}", name) for name in names)  # 2-3 words of a-z
     assert not words & {"x", "y", "z"}
-    caption_words = set(re.findall(r"[a-z]+", " ".join(crosscheck.caption_texts(data_dir))))
+    caption_words = set(re.findall(r"[a-z]+", " ".join(crosscheck_parts.caption_texts(data_dir))))
     assert words <= caption_words  # every atom word is a word of the captions
 
 
@@ -95,7 +95,7 @@ def test_the_varied_training_atoms_hold_no_word_b_could_draw():
         added |= {word for text in (triple.anchor, triple.negative) for name in atoms(text)
                   for word in name.split("_") if word not in VOCABULARY}
     assert len(added) > 100
-    assert not any(crosscheck._WORD.fullmatch(word) for word in added), sorted(added)[:10]
+    assert not any(crosscheck_parts.ATOM_WORD.fullmatch(word) for word in added), sorted(added)[:10]
 
 
 def test_paraphrases_keep_and_mutations_change_the_meaning(made):

@@ -8,9 +8,6 @@ import shutil
 import numpy as np
 import pytest
 
-llama_cpp = pytest.importorskip(
-    "llama_cpp", reason="llama-cpp-python is not installed (requirements.txt pins it; `make setup` builds it)")
-
 import gguf
 import torch
 from safetensors.torch import load_file, save_file
@@ -18,6 +15,9 @@ from transformers import AutoTokenizer, BertConfig, BertModel, RobertaModel
 
 from helpers import N_POSITIONS, UNSEEN_OPERATORS
 from tools.glyph import gguf as glyph_gguf
+
+llama_cpp = pytest.importorskip(
+    "llama_cpp", reason="llama-cpp-python is not installed (requirements.txt pins it; `make setup` builds it)")
 
 HELD_OUT = [
     "retrieval_layer⊕compression ⇒ ¬attribution_edges↑",

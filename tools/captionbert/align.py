@@ -115,7 +115,7 @@ def stratified_rows(chunk_sizes, fit_rows, holdout_rows, seed):
     return picks
 
 
-def main(argv=None):
+def parse_config(argv):
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--extract", type=Path, required=True, help="extraction folder (manifest.json)")
     parser.add_argument("--out", type=Path, required=True, help="alignment folder to write")
@@ -130,81 +130,110 @@ def main(argv=None):
         raise SystemExit(f"--shrinkage must lie in [0, 1], got {config.shrinkage}")
     if config.fit_rows < 2 or config.holdout_rows < 2:
         raise SystemExit("--fit-rows and --holdout-rows must be at least 2")
-    manifest_path = config.extract / "manifest.json"
-    if not manifest_path.exists():
-        raise SystemExit(f"{manifest_path} not found: run tools.captionbert.extract to the end first")
-    manifest = runs.read_json(manifest_path)
-    reference = config.reference or manifest["reference"]
-    # The reference first, the others in extraction order.
-    teachers = sorted(manifest["teachers"], key=lambda t: t["name"] != reference)
-    names = [t["name"] for t in teachers]
-    if reference not in names:
-        raise SystemExit(f"reference {reference!r} is not an extracted teacher; have {names}")
-    reference_dim = teachers[0]["dim"]
+    if not (config.extract / "manifest.json").exists():
+        raise SystemExit(f"{config.extract / 'manifest.json'} not found: run tools.captionbert.extract to the end "
+                         "first")
+    return config
 
-    # Chunks every teacher has; the others are dropped, never filled in.
+
+def ordered_teachers(manifest, reference):
+    """The extracted teachers, the reference first and the others in extraction order; SystemExit if the reference
+    is not one of them."""
+    teachers = sorted(manifest["teachers"], key=lambda t: t["name"] != reference)
+    if reference not in [t["name"] for t in teachers]:
+        raise SystemExit(f"reference {reference!r} is not an extracted teacher; have {[t['name'] for t in teachers]}")
+    return teachers
+
+
+def complete_chunks(config, manifest, teachers):
+    """(kept, dropped, {kept chunk: its rows}): the chunks every teacher has; the others are dropped, never filled."""
     shard_rows, rows = manifest["shard_rows"], manifest["corpus"]["rows"]
     chunk_count = len(teachers[0]["shards"])
     present = {c: all((config.extract / t["shards"][c]).exists() for t in teachers) for c in range(chunk_count)}
     kept = [c for c in range(chunk_count) if present[c]]
-    dropped = [c for c in range(chunk_count) if not present[c]]
     if not kept:
         raise SystemExit("no chunk has every teacher's shard")
-    sizes = {c: min(shard_rows, rows - c * shard_rows) for c in kept}
+    return kept, [c for c in range(chunk_count) if not present[c]], {
+        c: min(shard_rows, rows - c * shard_rows) for c in kept}
+
+
+def load_chunk(config, teacher, chunk):
+    return load_file(str(config.extract / teacher["shards"][chunk]))["embeddings"].astype(np.float64)
+
+
+def sample_rows(config, teachers, picks):
+    """({teacher: fit rows}, {teacher: held-out rows}): the stratified sample `picks` of every kept chunk."""
+    fit, held = {t["name"]: [] for t in teachers}, {t["name"]: [] for t in teachers}
+    for chunk in tqdm(list(picks), desc="sample", unit="chunk"):
+        for teacher in teachers:
+            embeddings = load_chunk(config, teacher, chunk)
+            fit[teacher["name"]].append(embeddings[picks[chunk][0]])
+            held[teacher["name"]].append(embeddings[picks[chunk][1]])
+    return ({name: np.concatenate(parts) for name, parts in fit.items()},
+            {name: np.concatenate(parts) for name, parts in held.items()})
+
+
+def fit_maps(config, teachers, fit, held):
+    """({teacher: (matrix, bias)} onto the reference (teachers[0]), {teacher: its report row}), printing each one."""
+    reference, reference_dim = teachers[0]["name"], teachers[0]["dim"]
+    maps, report = {}, {}
+    mean_reference = fit[reference].mean(axis=0)
+    for index, teacher in enumerate(teachers):
+        name, dim = teacher["name"], teacher["dim"]
+        if name == reference:
+            matrix, bias, correlations = np.eye(dim), np.zeros(dim), np.ones(dim)
+        else:
+            matrix, bias, correlations = fit_whitened_procrustes(fit[name], fit[reference], config.shrinkage)
+        maps[name] = (matrix, bias)
+        before = row_cosines(held[name], held[reference]).mean() if dim == reference_dim else None
+        report[name] = {
+            "dim": dim, "map": f"A_{index}, b_{index}",
+            "holdout_cosine_before": None if before is None else float(before),
+            "holdout_cosine_after": float(row_cosines(held[name] @ matrix + bias, held[reference]).mean()),
+            # The same with the reference mean taken off both sides: agreement beyond the shared mean direction.
+            "holdout_centred_cosine_after": float(row_cosines(held[name] @ matrix + bias - mean_reference,
+                                                              held[reference] - mean_reference).mean()),
+            "fit_cosine_after": float(row_cosines(fit[name] @ matrix + bias, fit[reference]).mean()),
+            "canonical_correlations_top10": [round(float(c), 4) for c in correlations[:10]],
+            "shared_directions": int((correlations > config.correlation_threshold).sum()),
+        }
+        print(f"{name}: held-out cosine to {reference} before "
+              f"{'n/a (widths differ)' if before is None else f'{before:.3f}'}, "
+              f"after {report[name]['holdout_cosine_after']:.3f}; "
+              f"{report[name]['shared_directions']} canonical correlations > {config.correlation_threshold}")
+    return maps, report
+
+
+def write_consensus(config, teachers, maps, sizes, shard_rows):
+    """Every kept chunk's consensus shard under out/consensus/; their manifest entries."""
+    files = []
+    for chunk in tqdm(list(sizes), desc="consensus", unit="chunk"):
+        aligned = [load_chunk(config, t, chunk) @ maps[t["name"]][0] + maps[t["name"]][1] for t in teachers]
+        path = config.out / "consensus" / f"shard-{chunk:05d}.safetensors"
+        write_shard(path, consensus(aligned))
+        files.append({"chunk": chunk, "first_row": chunk * shard_rows, "rows": sizes[chunk],
+                      "file": str(path.relative_to(config.out))})
+    return files
+
+
+def main(argv=None):
+    config = parse_config(argv)
+    manifest = runs.read_json(config.extract / "manifest.json")
+    reference = config.reference or manifest["reference"]
+    teachers = ordered_teachers(manifest, reference)
+    names = [t["name"] for t in teachers]
+    kept, dropped, sizes = complete_chunks(config, manifest, teachers)
     picks = stratified_rows(sizes, config.fit_rows, config.holdout_rows, config.seed)
 
-    def load_chunk(teacher, chunk):
-        return load_file(str(config.extract / teacher["shards"][chunk]))["embeddings"].astype(np.float64)
-
     with runs.RunRecord(config.out, config, "captionbert.align"):
-        fit, held = {t["name"]: [] for t in teachers}, {t["name"]: [] for t in teachers}
-        for chunk in tqdm(kept, desc="sample", unit="chunk"):
-            for teacher in teachers:
-                embeddings = load_chunk(teacher, chunk)
-                fit[teacher["name"]].append(embeddings[picks[chunk][0]])
-                held[teacher["name"]].append(embeddings[picks[chunk][1]])
-        fit = {name: np.concatenate(parts) for name, parts in fit.items()}
-        held = {name: np.concatenate(parts) for name, parts in held.items()}
-
-        maps, report = {}, {}
-        mean_reference = fit[reference].mean(axis=0)
-        for index, teacher in enumerate(teachers):
-            name, dim = teacher["name"], teacher["dim"]
-            if name == reference:
-                matrix, bias, correlations = np.eye(dim), np.zeros(dim), np.ones(dim)
-            else:
-                matrix, bias, correlations = fit_whitened_procrustes(fit[name], fit[reference], config.shrinkage)
-            maps[name] = (matrix, bias)
-            before = row_cosines(held[name], held[reference]).mean() if dim == reference_dim else None
-            report[name] = {
-                "dim": dim, "map": f"A_{index}, b_{index}",
-                "holdout_cosine_before": None if before is None else float(before),
-                "holdout_cosine_after": float(row_cosines(held[name] @ matrix + bias, held[reference]).mean()),
-                # The same with the reference mean taken off both sides: agreement beyond the shared mean direction.
-                "holdout_centred_cosine_after": float(row_cosines(held[name] @ matrix + bias - mean_reference,
-                                                                  held[reference] - mean_reference).mean()),
-                "fit_cosine_after": float(row_cosines(fit[name] @ matrix + bias, fit[reference]).mean()),
-                "canonical_correlations_top10": [round(float(c), 4) for c in correlations[:10]],
-                "shared_directions": int((correlations > config.correlation_threshold).sum()),
-            }
-            print(f"{name}: held-out cosine to {reference} before "
-                  f"{'n/a (widths differ)' if before is None else f'{before:.3f}'}, "
-                  f"after {report[name]['holdout_cosine_after']:.3f}; "
-                  f"{report[name]['shared_directions']} canonical correlations > {config.correlation_threshold}")
+        fit, held = sample_rows(config, teachers, picks)
+        maps, report = fit_maps(config, teachers, fit, held)
         save_file({key: value.astype(np.float32) for index, teacher in enumerate(teachers)
                    for key, value in zip((f"A_{index}", f"b_{index}"), maps[teacher["name"]])},
                   str(config.out / "maps.safetensors"), metadata={"teachers": ",".join(names)})
-
         held_consensus = torch.from_numpy(consensus([held[t["name"]] @ maps[t["name"]][0] + maps[t["name"]][1]
                                                      for t in teachers]))
-        consensus_files = []
-        for chunk in tqdm(kept, desc="consensus", unit="chunk"):
-            aligned = [load_chunk(t, chunk) @ maps[t["name"]][0] + maps[t["name"]][1] for t in teachers]
-            path = config.out / "consensus" / f"shard-{chunk:05d}.safetensors"
-            write_shard(path, consensus(aligned))
-            consensus_files.append({"chunk": chunk, "first_row": chunk * shard_rows, "rows": sizes[chunk],
-                                    "file": str(path.relative_to(config.out))})
-
+        consensus_files = write_consensus(config, teachers, maps, sizes, manifest["shard_rows"])
         others = [name for name in names if name != reference]
         summary = {
             "reference": reference, "teachers": report, "shrinkage": config.shrinkage,
@@ -217,7 +246,7 @@ def main(argv=None):
         runs.write_json(config.out / "report.json", summary)
         runs.write_json(config.out / "manifest.json", {
             "extract": str(config.extract.resolve()), "texts": str((config.extract / "texts.jsonl").resolve()),
-            "corpus_sha256": manifest["corpus"]["sha256"], "dim": reference_dim,
+            "corpus_sha256": manifest["corpus"]["sha256"], "dim": teachers[0]["dim"],
             "reference": reference, "shards": consensus_files})
     print(f"consensus: {summary['consensus_rows']} rows in {len(kept)} chunks ({len(dropped)} dropped), "
           f"erank {summary['consensus_erank_holdout']:.1f} on held-out rows; wrote {config.out}")

@@ -24,6 +24,7 @@ import torch
 from transformers import AutoModel
 from tqdm.auto import tqdm
 
+from shared_modeling.encoding import truncate_keeping_last
 from tools import corpus, encoders, runs
 
 WHOLE = "whole"
@@ -54,9 +55,9 @@ def parse_config(argv):
     return config
 
 
-def window_ids(token_ids, window, sep_id):
+def window_ids(token_ids, window):
     """The first `window` tokens of each id list, the closing [SEP] kept; shorter lists unchanged."""
-    return [ids if len(ids) <= window else ids[:window - 1] + [sep_id] for ids in token_ids]
+    return [truncate_keeping_last(ids, window) for ids in token_ids]
 
 
 def embed_ids(model, token_ids, batch_size):
@@ -92,7 +93,7 @@ def main(argv=None):
         rows = {}
         for window in [*config.windows, WHOLE]:
             limit = usable if window == WHOLE else min(window, usable)
-            embedded = embed_ids(model, window_ids(token_ids, limit, tokenizer.sep_token_id), config.batch_size)
+            embedded = embed_ids(model, window_ids(token_ids, limit), config.batch_size)
             rows[str(window)] = {"tokens": int(limit), **compare(embedded, reference)}
             print(f"{window}: {rows[str(window)]}")
         metrics = {"texts": len(texts), "teacher": config.teacher, "teacher_max_length": teacher.max_length,

@@ -268,7 +268,7 @@ def teacher_embeddings(config, teacher, texts, part=""):
 
 
 def training_config(folder):
-    """The train_geolip Config a run folder records."""
+    """The tools.geolip.train Config a run folder records."""
     recorded = runs.read_json(Path(folder) / "config.json")
     paths = {item.name for item in dataclasses.fields(Config) if "Path" in str(item.type)}
     return Config(**{k: Path(v) if k in paths and v is not None else v for k, v in recorded.items()})

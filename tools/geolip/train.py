@@ -25,10 +25,10 @@ student batch against the teacher batch x 0.3 + (pentachoron CV of each text's s
 x 0.05 over texts with at least 5 segments (+ 1 - cosine(projected student, teacher) x --cosine-weight, 0 in the
 published loss). With --hard-negative-groups, each batch also holds --groups-per-batch (1) spliced-tails groups of
 training texts: --splice-k texts that share their first --base-window tokens (one text's prefix, then the tails of
-others) and differ only after them, so only what the memory reads past the window tells them apart. The teacher's CV: its embeddings of
-the segment texts of a sample of training texts, each text's CV averaged. The projector starts as the orthogonal
-Procrustes map of the untrained student onto the teacher on a training sample (the cosine before and after is
-recorded).
+others) and differ only after them, so only what the memory reads past the window tells them apart. The teacher's
+CV: its embeddings of the segment texts of a sample of training texts, each text's CV averaged. The projector
+starts as the orthogonal Procrustes map of the untrained student onto the teacher on a training sample (the cosine
+before and after is recorded).
 m_acc: top-1 retrieval of each validation text's teacher embedding, among the whole gallery's, by its projected
 student embedding.
 The card's rows (the model against its baselines on the held-out gallery and on spliced-tails groups) are

@@ -30,7 +30,6 @@ What it does:
 import argparse
 import shutil
 import sys
-import textwrap
 from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
@@ -41,13 +40,10 @@ from transformers import AutoModel
 from shared_modeling.identity import embedding_space, trunk_hash
 from tools import cards, encoders, registry, runs
 from tools.glyph import gguf
+from tools.glyph.card import GENERAL, MODEL
 from tools.glyph.data import read_triples
 from tools.glyph.metrics import table_markdown
 
-MODEL = registry.GLYPH.folder  # its row in the evaluation
-GENERAL = "all-MiniLM-L6-v2"  # the off-the-shelf general encoder row
-HEADLINE = (("win_rate", "accuracy", "win rate (paraphrase closer than mutation)"),  # (key, metric type, name)
-            ("mrr_at_10", "mrr", "MRR@10"))
 FOLDER_FILES = ("config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json", "modules.json",
                 "sentence_bert_config.json", "config_sentence_transformers.json", "1_Pooling", "2_Normalize")
 
@@ -86,27 +82,6 @@ def parse_config(argv):
     return config
 
 
-def fresh_process_embeddings(folder, texts):
-    """{"sentence_transformers", "manual"}: embeddings of `texts` from `folder` in a new process whose working
-    directory is a temporary folder and whose path excludes the project, so nothing but the folder is used."""
-    script = textwrap.dedent("""
-        import json, sys
-        import torch
-        from sentence_transformers import SentenceTransformer
-        from transformers import AutoModel, AutoTokenizer
-        folder, texts = sys.argv[1], json.loads(sys.stdin.read())
-        st = SentenceTransformer(folder, device="cpu")
-        tokenizer, model = AutoTokenizer.from_pretrained(folder), AutoModel.from_pretrained(folder).eval()
-        batch = tokenizer(texts, padding=True, truncation=True, return_tensors="pt")
-        with torch.no_grad():
-            states = model(**batch).last_hidden_state
-        mask = batch["attention_mask"].unsqueeze(-1).float()
-        manual = torch.nn.functional.normalize((states * mask).sum(1) / mask.sum(1), dim=-1)
-        print(json.dumps({"sentence_transformers": st.encode(texts).tolist(), "manual": manual.tolist()}))
-    """)
-    embeddings = runs.run_isolated(script, Path(folder).resolve(), payload=texts)
-    return {key: np.array(value) for key, value in embeddings.items()}
-
 def check_gguf(folder, path, texts, min_cosine):
     rows = gguf.check_parity(folder, path, texts)
     cosines = np.array([cosine for _, _, cosine in rows])
@@ -116,111 +91,6 @@ def check_gguf(folder, path, texts, min_cosine):
     if result["tokens_identical"] < len(rows) or result["min_cosine"] < min_cosine:
         raise SystemExit(f"{path} does not reproduce {folder}: {result}")
     return result
-
-
-# ---- the model card ------------------------------------------------------------------------------------------------
-
-def stage_values(stage, learning_rate):
-    """A training stage's numbers as the card prints them: steps, epochs, peak lr, final loss and minutes."""
-    return {"steps": f"{stage['steps']:,}", "epochs": f"{stage['epochs']:.2f}", "learning_rate": f"{learning_rate:g}",
-            "final_loss": f"{stage['final_loss']:.3f}", "minutes": stage["training_minutes"]}
-
-
-def weakest_family(row):
-    """{"family", "win_rate", "triples"} of a row's lowest family."""
-    family, weakest = min(row["families"].items(), key=lambda item: item[1]["win_rate"])
-    return {"family": family, "win_rate": f"{weakest['win_rate']:.3f}", "triples": weakest["triples"]}
-
-
-def card_context(corpus, train_config, train, evaluation, export, model_config, evaluation_b=None, crosscheck=None):
-    """The values card.md shows, from the run records: the records themselves (for numbers printed as they are)
-    and ready-made strings (formatted numbers, tables, the YAML front matter); model_config: the trained model's
-    config.json; evaluation_b and crosscheck: test set (b)'s evaluation and generator records (None for a release
-    built before test set (b) existed: its card says so)."""
-    rows = evaluation["rows"]
-    model, general = rows[MODEL], rows[GENERAL]
-    tokenizer = corpus["tokenizer"]
-    # (name, dataset type, rows) per test set; the Hub groups model-index results by dataset type
-    test_sets = [(f"glyph notation, held-out atoms ({evaluation['test_triples']:,} triples)",
-                  "glyph-notation-generated", rows)]
-    if evaluation_b is not None:
-        test_sets.append((f"glyph notation, independent generator ({evaluation_b['test_triples']:,} triples)",
-                          "glyph-notation-independent", evaluation_b["rows"]))
-    results = [{"task_type": "sentence-similarity", "dataset_type": dataset_type,
-                "dataset_name": test_set, "metric_type": metric, "metric_name": name,
-                "metric_value": round(set_rows[MODEL][key], 4)}
-               for test_set, dataset_type, set_rows in test_sets for key, metric, name in HEADLINE]
-    overview = cards.Overview(
-        model=MODEL, job="glyph-notation claims: a paraphrase lands near its claim, a meaning-flipping mutation far",
-        reads=f"{gguf.context_length(model_config)} tokens", width=model_config["hidden_size"],
-        similarity="cosine (the dot product of its unit vectors)", alternative=GENERAL,
-        results=[(name, test_set, set_rows[MODEL][key], set_rows[GENERAL][key])
-                 for test_set, _, set_rows in test_sets for key, _, name in HEADLINE])
-    set_b = None
-    if evaluation_b is not None:
-        model_b = evaluation_b["rows"][MODEL]
-        set_b = {"triples": f"{evaluation_b['test_triples']:,}",
-                 **{key: f"{crosscheck[key]:,}" for key in ("excluded_vocabulary", "atoms", "atom_words_used",
-                                                            "anchors_with_redundant_brackets")},
-                 "table": table_markdown(evaluation_b["rows"]), "weakest": weakest_family(model_b),
-                 "win_rate": f"{model_b['win_rate']:.3f}", "mrr_at_10": f"{model_b['mrr_at_10']:.3f}",
-                 "win_rate_goal_met": model_b["win_rate"] >= export["goal_win_rate"],
-                 "mrr_goal_met": model_b["mrr_at_10"] >= export["goal_mrr_at_10"],
-                 "gap_win_rate": f"{model['win_rate'] - model_b['win_rate']:+.3f}",
-                 "gap_mrr_at_10": f"{model['mrr_at_10'] - model_b['mrr_at_10']:+.3f}",
-                 "general_win_rate": f"{evaluation_b['rows'][GENERAL]['win_rate']:.3f}"}
-    return {
-        "overview": overview,
-        "metadata": cards.front_matter(library_name="sentence-transformers", pipeline_tag="sentence-similarity",
-                                       tags=["sentence-transformers", "feature-extraction", "sentence-similarity",
-                                             "gguf", "glyph-notation"], datasets=None, model_name=MODEL,
-                                       results=results),
-        "train_config": train_config, "export": export, "tokenizer": tokenizer,
-        "positions": gguf.context_length(model_config),
-        "parameters_millions": f"{train['parameters'] / 1e6:.1f}", "parameters": f"{train['parameters']:,}",
-        "mlm": stage_values(train["mlm"], train_config["mlm_learning_rate"]),
-        "contrastive": stage_values(train["contrastive"], train_config["contrastive_learning_rate"]),
-        "embedding_space_paragraph": cards.embedding_space_paragraph(export, "config.json: embedding_space"),
-        "gguf_rows": "\n".join(
-            f"| `{g['file']}` | {g['bytes'] / 2**20:.1f} MiB | {g['tokens_identical']}/{g['strings']} | "
-            f"{g['min_cosine']:.6f} | {g['mean_cosine']:.6f} |" for g in export["gguf"].values()),
-        "test_triples": f"{evaluation['test_triples']:,}",
-        "retrieval_claims": f"{model['retrieval_gallery'] // 2:,}",
-        "retrieval_gallery": f"{model['retrieval_gallery']:,}",
-        "evaluation_table": table_markdown(rows),
-        "win_rate_goal_met": model["win_rate"] >= export["goal_win_rate"], "win_rate": f"{model['win_rate']:.3f}",
-        "mrr_goal_met": model["mrr_at_10"] >= export["goal_mrr_at_10"], "mrr_at_10": f"{model['mrr_at_10']:.3f}",
-        "weakest": weakest_family(model), "set_b": set_b,
-        "general_encoder": GENERAL, "general_win_rate": f"{general['win_rate']:.3f}",
-        "words": {key: f"{count:,}" for key, count in corpus["words"].items()},
-        "triples": {key: f"{count:,}" for key, count in corpus["triples"].items()},
-        "corpus_strings": f"{corpus['corpus_strings']:,}", "vocab_size": f"{tokenizer['vocab_size']:,}",
-        "split_operators": " ".join(op for op, count in tokenizer["operator_token_counts"].items() if count > 1),
-        "mask_percent": f"{train_config['mask_probability']:.0%}",
-        "validation_win_rate": f"{train['contrastive']['validation']['win_rate']:.3f}",
-        "validation_mrr_at_10": f"{train['contrastive']['validation']['mrr_at_10']:.3f}",
-    }
-
-
-def context_from_records(folder, root=runs.ROOT):
-    """card_context's values from run records alone: this export run's config.json and metrics.json, and the corpus,
-    training and evaluation runs its config names, relative to root."""
-    config = runs.read_json(Path(folder) / "config.json")
-    corpus, train, evaluation = (root / config[name] for name in ("corpus", "train", "eval"))
-    evaluation_b = crosscheck = None
-    if config.get("eval_b"):  # a release built before test set (b) has none
-        evaluation_b = runs.read_json(root / config["eval_b"] / "metrics.json")
-        crosscheck = runs.read_json(root / runs.read_json(root / config["eval_b"] / "config.json")["corpus"]
-                                    / "metrics.json")
-    return card_context(runs.read_json(corpus / "metrics.json"), runs.read_json(train / "config.json"),
-                        runs.read_json(train / "metrics.json"), runs.read_json(evaluation / "metrics.json"),
-                        runs.read_json(Path(folder) / "metrics.json"), runs.read_json(train / "final" / "config.json"),
-                        evaluation_b, crosscheck)
-
-
-def card_from_records(folder, root=runs.ROOT):
-    """The card's text from run records alone (tools/cards.py regenerates cards with it)."""
-    return cards.render(Path(__file__).with_name("card.md"), **context_from_records(folder, root))
 
 
 def main(argv=None):
@@ -250,10 +120,12 @@ def main(argv=None):
 
         texts = [t[key] for t in read_triples(config.corpus / "test.jsonl")
                  for key in ("anchor", "positive", "negative")][:config.parity_strings]
-        exported, trained = fresh_process_embeddings(config.to, texts), fresh_process_embeddings(final, texts)
-        if not np.array_equal(exported["sentence_transformers"], trained["sentence_transformers"]):
+        exported = runs.load_isolated(config.to, texts, sentence_transformers=True, manual_mean_pool=True)
+        trained = runs.load_isolated(final, texts, sentence_transformers=True)
+        embeddings = np.array(exported["sentence_transformers"]["embeddings"])
+        if not np.array_equal(embeddings, trained["sentence_transformers"]["embeddings"]):
             raise SystemExit(f"{config.to} embeds differently from {final} after the copy")
-        manual_gap = float(np.abs(exported["manual"] - exported["sentence_transformers"]).max())
+        manual_gap = float(np.abs(np.array(exported["manual_mean_pool"]["embeddings"]) - embeddings).max())
         if manual_gap > 1e-5:
             raise SystemExit(f"a manual mean pool differs from SentenceTransformer by {manual_gap}")
         print(f"{config.to} loads in SentenceTransformer with no custom code, in a fresh process; a manual mean pool "
@@ -276,7 +148,7 @@ def main(argv=None):
                   "goal_win_rate": config.goal_win_rate, "goal_mrr_at_10": config.goal_mrr_at_10}
         runs.write_json(config.out / "metrics.json", export)
         path = config.to / "README.md"
-        path.write_text(card_from_records(config.out))
+        path.write_text(cards.card_from_records(config.out))
     print(f"wrote {path}\n")
     print(table_markdown(evaluation["rows"]))
     return 0

@@ -37,6 +37,8 @@ from pathlib import Path
 
 import numpy as np
 
+from shared_modeling.encoding import truncate_keeping_last
+
 SPECIAL_IDS = {"bos": "<s>", "eos": "</s>", "sep": "</s>", "pad": "<pad>", "unk": "<unk>", "mask": "<mask>"}
 GELU = ("gelu", "gelu_new", "gelu_pytorch_tanh")  # llama.cpp's bert FFN is GELU (ggml_gelu, tanh form)
 ST_MODULES = ("Transformer", "Pooling", "Normalize")  # class names; their module paths move between versions
@@ -205,21 +207,12 @@ def context_length(config):
     return config["max_position_embeddings"] - config["pad_token_id"] - 1
 
 
-def export_gguf(model_dir, out_path, dtype="f32", name=None):
-    """Write `model_dir` (RobertaModel or sentence-transformers folder) as a llama.cpp bert GGUF; returns the path.
-    Refuses an out_path that does not end in .gguf, and weights that are not finite as written (f16 casts included);
-    the file appears whole under its name or not at all."""
+def gguf_tensors(files, config, dtype):
+    """{GGUF tensor name: the array as written} of a RobertaModel folder's weights: every tensor mapped by name (the
+    position table without RoBERTa's offset rows), 2-D ones in f16 where dtype is f16 (the position and token-type
+    tables stay f32); NotRobertaError for weights that are not a RobertaModel's, ValueError naming a tensor that is
+    not finite as written."""
     import gguf
-
-    if dtype not in ("f32", "f16"):
-        raise ValueError(f"dtype must be f32 or f16, not {dtype!r}")
-    out_path = Path(out_path)
-    if out_path.suffix != ".gguf":  # none of the model's files is a .gguf, so this also keeps them from being written
-        raise ValueError(f"{out_path}: not a .gguf path; the output must end in .gguf")
-    files = resolve_model_dir(model_dir)
-    config = json.loads((files / "config.json").read_text())
-    check_config(config, files)
-    tokens, types, merges, special = read_tokenizer(files / "tokenizer.json", config["vocab_size"], files)
 
     weights = load_weights(files / "model.safetensors")
     mapping = tensor_map(config["num_hidden_layers"])
@@ -229,7 +222,6 @@ def export_gguf(model_dir, out_path, dtype="f32", name=None):
         raise NotRobertaError(f"{files}/model.safetensors is not a RobertaModel state dict: "
                               f"unexpected {unexpected[:5]}, missing {missing[:5]}")
     offset = config["pad_token_id"] + 1  # RoBERTa's first position id (create_position_ids_from_input_ids)
-    n_positions = context_length(config)
     position_table = weights["embeddings.position_embeddings.weight"]
     if position_table.shape[0] != config["max_position_embeddings"]:
         raise NotRobertaError(f"{files}: position table has {position_table.shape[0]} rows, config says "
@@ -249,6 +241,27 @@ def export_gguf(model_dir, out_path, dtype="f32", name=None):
                              f"({'f16' if data.dtype == np.float16 else 'f32'}): {data.size - finite.sum():,} of "
                              f"{data.size:,} values; nothing written")
         tensors[gguf_name] = data
+    return tensors
+
+
+def export_gguf(model_dir, out_path, dtype="f32", name=None):
+    """Write `model_dir` (RobertaModel or sentence-transformers folder) as a llama.cpp bert GGUF; returns the path.
+    Refuses an out_path that does not end in .gguf, and weights that are not finite as written (f16 casts included);
+    the file appears whole under its name or not at all."""
+    import gguf
+
+    if dtype not in ("f32", "f16"):
+        raise ValueError(f"dtype must be f32 or f16, not {dtype!r}")
+    out_path = Path(out_path)
+    if out_path.suffix != ".gguf":  # none of the model's files is a .gguf, so this also keeps them from being written
+        raise ValueError(f"{out_path}: not a .gguf path; the output must end in .gguf")
+    files = resolve_model_dir(model_dir)
+    config = json.loads((files / "config.json").read_text())
+    check_config(config, files)
+    tokens, types, merges, special = read_tokenizer(files / "tokenizer.json", config["vocab_size"], files)
+
+    tensors = gguf_tensors(files, config, dtype)  # {GGUF name: the array as written}
+    n_positions = context_length(config)
 
     out_path.parent.mkdir(parents=True, exist_ok=True)
     partial = out_path.with_name(out_path.name + ".partial")  # renamed when complete: no half-written .gguf
@@ -307,7 +320,7 @@ def llama_tokenize(llm, text):
 
     ids = llm.tokenize(text.encode("utf-8"), add_bos=True, special=True)
     limit = llama_cpp.llama_model_n_ctx_train(llm.model)
-    return ids if len(ids) <= limit else ids[:limit - 1] + ids[-1:]
+    return truncate_keeping_last(ids, limit)
 
 
 def pack(sequences, n_tokens, n_seqs):

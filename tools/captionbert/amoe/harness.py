@@ -1,6 +1,6 @@
 """The frozen captionbert trunk AMOE arms train on, and the harness that scores it with or without arms: the
 validation suite (tools/captionbert/amoe/pairs.py) that every decision reads, and STS-8 with the in-domain gauge,
-which decisions never read. train.py and levers.py score through it, so their rows compare.
+which decisions never read. solo.py, dispatch.py, select.py and levers.py score through it, so their rows compare.
 
 Each function takes the run's config for what it names: model and device (the trunk), data_dir and tasks (STS-8).
 """

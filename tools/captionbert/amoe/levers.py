@@ -14,7 +14,7 @@ consensus, one aligned teacher) embed 16 texts a step; the pair arms keep the cp
 48 with a hard negative). Every row shows its measured training minutes; "twice the steps" is the one row at twice
 the minutes. Each lever is a seed-0 solo run in out/<name> (resumable; a finished one is skipped). A collective lever
 (COLLECTIVES) routes between the arms of other levers: a dispatch trained on the union of their streams
-(train.py dispatch), in out/<name>, its minutes the arms' plus its own. The bare trunk's scores are
+(dispatch.py), in out/<name>, its minutes the arms' plus its own. The bare trunk's scores are
 out/trunk/metrics.json, and out/levers.json holds the rows, rewritten after each lever ("complete" once every lever
 named ran; export --levers puts their table on the card).
 """
@@ -127,7 +127,7 @@ def solo_lever(config, name, trunk):
     lever, change, options = LEVERS[name]
     options = [option.format(extract=config.extract, align=config.align) for option in options]
     print(f"lever {name}: solo {' '.join(options)}")
-    runs.run_tool("tools.captionbert.amoe.train", "solo", *options, "--seed", "0", "--model", config.model,
+    runs.run_tool("tools.captionbert.amoe.solo", *options, "--seed", "0", "--model", config.model,
                   "--data-dir", config.data_dir, "--tasks", *config.tasks,
                   "--validation-rows", config.validation_rows, "--out", config.out / name)
     metrics = checked_metrics(config.out / name, trunk, config.model)
@@ -142,8 +142,8 @@ def collective_lever(config, name, trunk, done):
     lever, change, members = COLLECTIVES[name]
     arms = [done.get(member) or solo_lever(config, member, trunk) for member in members]
     print(f"lever {name}: dispatch over {', '.join(members)}")
-    runs.run_tool("tools.captionbert.amoe.train", "dispatch", *[item for member in members
-                                                                for item in ("--arm", config.out / member)],
+    runs.run_tool("tools.captionbert.amoe.dispatch", *[item for member in members
+                                                        for item in ("--arm", config.out / member)],
                   "--sts8", "--seed", "0", "--model", config.model, "--data-dir", config.data_dir,
                   "--tasks", *config.tasks, "--validation-rows", config.validation_rows, "--out", config.out / name)
     metrics = checked_metrics(config.out / name, trunk, config.model)

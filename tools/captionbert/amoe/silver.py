@@ -2,7 +2,7 @@
 
 Usage (as `make demo` runs it):
     python -m tools.captionbert.amoe.silver --extract runs/demo/extract --out runs/demo/amoe/silver
-    python -m tools.captionbert.amoe.train solo --data runs/demo/amoe/silver/silver.tsv \
+    python -m tools.captionbert.amoe.solo --data runs/demo/amoe/silver/silver.tsv \
         --out runs/demo/amoe/solo/silver-seed0
 
 The texts and embeddings are those of a finished tools/captionbert/extract.py run, so held-out text (STS-8 test

@@ -1,10 +1,12 @@
-"""AMOE training: the arm losses, the pair datasets (never STS-8 text), greedy selection against the control, and
-tools/captionbert/amoe/train.py end to end (solo -> dispatch -> select) on a tiny trunk."""
+"""AMOE training: the arm losses, the pair datasets (never STS-8 text), the tools' flags, greedy selection against
+the control, and the tools end to end on a tiny trunk (tools/captionbert/amoe/solo.py -> dispatch.py -> select.py)."""
 
+import dataclasses
 import itertools
 import json
 import math
 import shutil
+from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
@@ -13,9 +15,9 @@ import torch
 import torch.nn.functional as F
 
 from shared_modeling.losses import cosent, info_nce_with_hard_negatives
-from tools import corpus, sts
-from tools.captionbert.amoe import pairs
-from tools.captionbert.amoe import train as amoe_train
+from helpers import ROOT
+from tools import corpus, runs, sts
+from tools.captionbert.amoe import arms, dispatch, pairs, select, solo
 
 
 # ---- losses --------------------------------------------------------------------------------------------------------
@@ -43,7 +45,7 @@ def test_hard_negative_info_nce_matches_cross_entropy_over_positives_and_negativ
         info_nce_with_hard_negatives(anchors, positives, None, 0.0)
 
 
-def test_the_cosent_triples_loss_ranks_each_positive_above_every_hard_negative(monkeypatch):
+def test_the_cosent_triples_loss_ranks_each_positive_above_every_hard_negative(monkeypatch, capsys):
     """solo --triples-loss cosent: CoSENT over the rows' anchor-positive (score 1) and anchor-negative (score 0)
     cosines, in place of in-batch InfoNCE; any other name is refused."""
     anchors = F.normalize(torch.tensor([[1.0, 0.0, 0.0], [0.0, 1.0, 0.0]]), dim=-1)
@@ -52,16 +54,17 @@ def test_the_cosent_triples_loss_ranks_each_positive_above_every_hard_negative(m
     config = SimpleNamespace(max_length=8, temperature=0.05, cosent_scale=20.0)
 
     def loss(positives, negatives, triples_loss):
-        monkeypatch.setattr(amoe_train, "embed", lambda model, texts, max_length: torch.cat([anchors, positives,
-                                                                                             negatives]))
-        return amoe_train.batch_loss(None, data, [0, 1], config, triples_loss=triples_loss)
+        monkeypatch.setattr(arms, "embed", lambda model, texts, max_length: torch.cat([anchors, positives, negatives]))
+        return arms.batch_loss(None, data, [0, 1], config, triples_loss=triples_loss)
 
     cosines = torch.cat([(anchors * near).sum(-1), (anchors * far).sum(-1)])
     torch.testing.assert_close(loss(near, far, "cosent"), cosent(cosines, torch.tensor([1.0, 1.0, 0.0, 0.0])))
     assert loss(near, far, "cosent") < 1e-6 < loss(far, near, "cosent")  # the reversed rows cost, the right ones not
     torch.testing.assert_close(loss(near, far, "infonce"), info_nce_with_hard_negatives(anchors, near, far, 0.05))
-    with pytest.raises(SystemExit, match="--triples-loss must be one of infonce, cosent"):
-        amoe_train.parse_config(["solo", "--triples-loss", "triplet", "--out", "o"])
+    with pytest.raises(SystemExit) as refused:
+        solo.main(["--triples-loss", "triplet", "--out", "o"])
+    assert refused.value.code == 2
+    assert "--triples-loss: invalid choice: 'triplet' (choose from 'infonce', 'cosent')" in capsys.readouterr().err
 
 
 # ---- data ----------------------------------------------------------------------------------------------------------
@@ -138,12 +141,12 @@ def test_greedy_selection_compares_with_the_control_at_the_same_count_and_stops_
              "paraphrase": {k: 0.05 * v for k, v in everywhere.items()},
              "teacher": {k: 0.004 * v for k, v in everywhere.items()}}
     evaluate_roster, seen = toy_rosters(gains)
-    accepted, steps = amoe_train.greedy_selection(["teacher", "paraphrase", "equiv"], evaluate_roster, 0.01)
+    accepted, steps = select.greedy_selection(["teacher", "paraphrase", "equiv"], evaluate_roster, 0.01)
     assert accepted == ["equiv", "paraphrase"]
-    assert [s["verdict"] for s in steps] == ["accepted", "accepted", "rejected"]  # teacher gains .004 < bar .01
-    assert ["equiv", amoe_train.CONTROL] in seen and ["equiv", "paraphrase", amoe_train.CONTROL] in seen
-    assert steps[1]["margin"] == pytest.approx(0.05)
-    assert amoe_train.greedy_selection(["teacher"], evaluate_roster, 0.01)[0] == []
+    assert [s.verdict for s in steps] == ["accepted", "accepted", "rejected"]  # teacher gains .004 < bar .01
+    assert ["equiv", arms.CONTROL] in seen and ["equiv", "paraphrase", arms.CONTROL] in seen
+    assert steps[1].margin == pytest.approx(0.05)
+    assert select.greedy_selection(["teacher"], evaluate_roster, 0.01)[0] == []
 
 
 def test_an_arm_that_gains_only_on_sets_outside_the_selection_is_not_selected():
@@ -152,30 +155,77 @@ def test_an_arm_that_gains_only_on_sets_outside_the_selection_is_not_selected():
     gains = {"paraphrase": {"stsb-dev": -0.01, "mrpc-test": 0.2, "snli-test": 0.05, "flickr8k-dev": -0.01},
              "teacher": dict.fromkeys(pairs.VALIDATION_SOURCES, 0.02)}
     evaluate_roster, _ = toy_rosters(gains)
-    accepted, steps = amoe_train.greedy_selection(["paraphrase", "teacher"], evaluate_roster, 0.01)
+    accepted, steps = select.greedy_selection(["paraphrase", "teacher"], evaluate_roster, 0.01)
     assert accepted == ["teacher"]
-    assert steps[0]["margins"]["paraphrase"] == pytest.approx(-0.01)
-    assert amoe_train.greedy_selection(["paraphrase"], evaluate_roster, 0.01)[0] == []
+    assert steps[0].margins["paraphrase"] == pytest.approx(-0.01)
+    assert select.greedy_selection(["paraphrase"], evaluate_roster, 0.01)[0] == []
 
 
 def test_never_worse_compares_the_collective_with_the_bare_trunk_on_the_selection_sets():
     trunk = {"stsb-dev": 0.80, "mrpc-test": 0.40, "snli-test": 0.60, "flickr8k-dev": 0.70}
     collective = {"stsb-dev": 0.79, "mrpc-test": 0.60, "snli-test": 0.70, "flickr8k-dev": 0.70}
-    check = amoe_train.never_worse(trunk, collective, bar=0.005)
+    check = select.never_worse(trunk, collective, bar=0.005)
     assert check["gain"] == pytest.approx(-0.005) and not check["passed"]  # its MRPC and SNLI gains do not count
     collective["flickr8k-dev"] = 0.72
-    assert amoe_train.never_worse(trunk, collective, bar=0.005)["passed"]
+    assert select.never_worse(trunk, collective, bar=0.005)["passed"]
 
 
 def test_a_fresh_arm_is_inert_whatever_its_gate():
     trunk = SimpleNamespace(config=SimpleNamespace(hidden_size=64, num_hidden_layers=2))
-    arm = amoe_train.fresh_arm(trunk, seed=0, gate_init=0.0)
+    arm = arms.fresh_arm(trunk, seed=0, gate_init=0.0)
     assert all(site.gate.item() == 0.0 for site in arm.blocks)
     assert all(not site.head_out.weight.any() and not site.head_out.bias.any() for site in arm.blocks)
-    assert all(site.gate.item() == -3.0 for site in amoe_train.fresh_arm(trunk, seed=0).blocks)  # the spec's
+    assert all(site.gate.item() == -3.0 for site in arms.fresh_arm(trunk, seed=0).blocks)  # the spec's
 
 
-# ---- the tool end to end on a tiny trunk ---------------------------------------------------------------------------
+# ---- the flags ------------------------------------------------------------------------------------------------------
+
+def test_each_tool_s_flags_parse_to_its_config_with_their_names_and_types():
+    """The dataclass fields through HfArgumentParser: --x-y flags, paths as Path, a bool as --x / --no-x, a list as
+    --x A B, --arm repeated into the roster, choices refused, sizes checked."""
+    config = arms.parse_config(solo.SoloConfig, ["--data", "equiv", "--no-sts8", "--gate-init", "0", "--sites", "6",
+                                                 "--triples-loss", "cosent", "--tasks", "BIOSSES", "STS-B",
+                                                 "--learning-rate", "3e-3", "--out", "o"], "")
+    assert config == solo.SoloConfig(out=Path("o"), data="equiv", sts8=False, gate_init=0.0, sites=6,
+                                     triples_loss="cosent", tasks=["BIOSSES", "STS-B"], learning_rate=3e-3)
+    assert isinstance(config.data_dir, Path) and config.steps == 480  # solo's own default over Common's
+    config = arms.parse_config(dispatch.DispatchConfig, ["--arm", "a", "--arm", arms.CONTROL, "--sts8", "--out", "o"],
+                               "")
+    assert (config.arms, config.sts8, config.steps) == (["a", arms.CONTROL], True, 60)
+    config = arms.parse_config(select.SelectConfig, ["--solo", "s", "--candidates", "equiv", "paraphrase",
+                                                     "--tau-sweep", "0.05", "--out", "o"], "")
+    assert (config.solo, config.candidates, config.tau_sweep) == (Path("s"), ["equiv", "paraphrase"], [0.05])
+    for refused in (["--tasks", "STS-X"], []):  # no such task; a dispatch without --arm
+        with pytest.raises(SystemExit):
+            arms.parse_config(dispatch.DispatchConfig, [*refused, "--out", "o"], "")
+    with pytest.raises(SystemExit, match="--steps must be positive"):
+        arms.parse_config(select.SelectConfig, ["--steps", "0", "--out", "o"], "")
+    with pytest.raises(SystemExit, match="--batch-size must be at least 2"):
+        arms.parse_config(solo.SoloConfig, ["--batch-size", "1", "--out", "o"], "")
+
+
+def test_the_recorded_amoe_runs_parse_from_their_command_lines_to_their_recorded_configs():
+    """Every AMOE run under records/ (the former train.py's solo, dispatch and select) gives, from the command line it
+    recorded, the config it recorded (runs.records_config), so the same command finds it finished."""
+    jobs = {"solo": solo.SoloConfig, "dispatch": dispatch.DispatchConfig, "select": select.SelectConfig}
+    checked = 0
+    for path in sorted((ROOT / "records").rglob("run.json")):
+        run = json.loads(path.read_text())
+        package, _, job = run["tool"].split()[0].rpartition(".")
+        if run["tool"].startswith("captionbert.amoe.train "):  # the command was train.py <job> ...
+            job, argv = run["tool"].split()[1], run["argv"][2:]
+        elif package == "captionbert.amoe" and job in jobs:
+            argv = run["argv"][1:]
+        else:
+            continue
+        recorded = json.loads((path.parent / "config.json").read_text())
+        config = dataclasses.replace(arms.parse_config(jobs[job], argv, ""), device=recorded["device"])
+        assert runs.records_config(path.parent, config), path.parent
+        checked += 1
+    assert checked
+
+
+# ---- the tools end to end on a tiny trunk --------------------------------------------------------------------------
 
 @pytest.fixture(scope="module")
 def tiny_trunk(tmp_path_factory):
@@ -189,46 +239,47 @@ def tiny_trunk(tmp_path_factory):
 
 @pytest.mark.slow
 def test_a_solo_arm_at_its_last_sites_adds_exact_zeros_at_the_others(tiny_trunk, tmp_path, data_dir):
-    run = ["solo", "--data", "equiv", "--steps", "3", "--learning-rate", "0.01", "--batch-size", "8", "--no-sts8",
+    run = ["--data", "equiv", "--steps", "3", "--learning-rate", "0.01", "--batch-size", "8", "--no-sts8",
            "--validation-rows", "40", "--model", str(tiny_trunk), "--data-dir", str(data_dir)]
-    assert amoe_train.main([*run, "--sites", "1", "--out", str(tmp_path / "last1")]) == 0
+    assert solo.main([*run, "--sites", "1", "--out", str(tmp_path / "last1")]) == 0
     with safe_open(tmp_path / "last1" / "amoe" / "arms" / "equiv.safetensors", "pt") as arm:
         last = max(int(key.split(".")[1]) for key in arm.keys())
         for block in range(last + 1):
             moved = any(arm.get_tensor(f"blocks.{block}.head_out.{name}").any() for name in ("weight", "bias"))
             assert moved == (block == last), block  # three Adam steps moved the trained site only
     with pytest.raises(SystemExit, match="--sites must be in"):
-        amoe_train.main([*run, "--sites", str(last + 2), "--out", str(tmp_path / "too-many")])
+        solo.main([*run, "--sites", str(last + 2), "--out", str(tmp_path / "too-many")])
 
 
 @pytest.mark.slow
-def test_train_amoe_solo_dispatch_select_end_to_end(tiny_trunk, tmp_path, data_dir, monkeypatch):
+def test_solo_dispatch_select_end_to_end(tiny_trunk, tmp_path, data_dir, monkeypatch):
     from transformers import AutoModel
 
     common = ["--model", str(tiny_trunk), "--data-dir", str(data_dir), "--batch-size", "16",
               "--tasks", "BIOSSES", "STS-B", "--validation-rows", "150"]
-    solo = tmp_path / "solo"
+    solo_runs = tmp_path / "solo"
     def solo_run(name, seed, out, steps=10):
-        return ["solo", "--data", name, "--seed", str(seed), "--steps", str(steps), "--learning-rate", "0.01",
+        return ["--data", name, "--seed", str(seed), "--steps", str(steps), "--learning-rate", "0.01",
                 "--checkpoint-every", "4", "--out", str(out), *common]
 
     for name in ("equiv", "paraphrase", "sts"):
         for seed in (0, 1):
-            assert amoe_train.main(solo_run(name, seed, solo / f"{name}-seed{seed}")) == 0
-    record = json.loads((solo / "equiv-seed0" / "metrics.json").read_text())
+            assert solo.main(solo_run(name, seed, solo_runs / f"{name}-seed{seed}")) == 0
+    record = json.loads((solo_runs / "equiv-seed0" / "metrics.json").read_text())
     assert record["status"] == "complete"
     assert set(record["sts8"]) == {"BIOSSES", "STS-B", "mean", "flickr8k_recall@1", "flickr8k_mrr", "flickr8k_images"}
     assert set(record["validation"]) == {*pairs.VALIDATION_SOURCES, "mean"}
     assert record["validation"]["mean"] == pytest.approx(pairs.validation_mean(record["validation"], set()))
     assert [point["step"] for point in record["history"]] == [10]  # log_every 10
-    assert json.loads((solo / "equiv-seed0" / "run.json").read_text())["status"] == "ok"
-    assert amoe_train.main(solo_run("equiv", 0, solo / "equiv-seed0")) == 0  # complete: skipped
+    run = json.loads((solo_runs / "equiv-seed0" / "run.json").read_text())
+    assert (run["status"], run["tool"]) == ("ok", "captionbert.amoe.solo")
+    assert solo.main(solo_run("equiv", 0, solo_runs / "equiv-seed0")) == 0  # complete: skipped
     with pytest.raises(SystemExit, match="another config"):
-        amoe_train.main(solo_run("equiv", 0, solo / "equiv-seed0", steps=12))
+        solo.main(solo_run("equiv", 0, solo_runs / "equiv-seed0", steps=12))
 
     # A solo run killed after its checkpoint at step 8 resumes there and ends with the uninterrupted run's arm.
     killed = tmp_path / "killed"
-    real_loss = amoe_train.batch_loss
+    real_loss = arms.batch_loss
 
     def dies_at_step_9(model, data, rows, config, *weights):
         if (killed / "checkpoint-solo.pt").exists() and torch.load(killed / "checkpoint-solo.pt",
@@ -236,26 +287,26 @@ def test_train_amoe_solo_dispatch_select_end_to_end(tiny_trunk, tmp_path, data_d
             raise KeyboardInterrupt
         return real_loss(model, data, rows, config, *weights)
 
-    monkeypatch.setattr(amoe_train, "batch_loss", dies_at_step_9)
+    monkeypatch.setattr(arms, "batch_loss", dies_at_step_9)
     with pytest.raises(KeyboardInterrupt):
-        amoe_train.main(solo_run("equiv", 0, killed))
-    monkeypatch.setattr(amoe_train, "batch_loss", real_loss)
-    assert amoe_train.main(solo_run("equiv", 0, killed)) == 0
+        solo.main(solo_run("equiv", 0, killed))
+    monkeypatch.setattr(arms, "batch_loss", real_loss)
+    assert solo.main(solo_run("equiv", 0, killed)) == 0
     for file in ("arms/equiv.safetensors", "solo/dispatch.safetensors"):
-        resumed, straight = (safe_open(folder / "amoe" / file, "pt") for folder in (killed, solo / "equiv-seed0"))
+        resumed, straight = (safe_open(folder / "amoe" / file, "pt") for folder in (killed, solo_runs / "equiv-seed0"))
         assert resumed.metadata() == straight.metadata(), file  # the content hash of the same tensors and header
         assert all(torch.equal(resumed.get_tensor(key), straight.get_tensor(key)) for key in straight.keys())
 
     model = AutoModel.from_pretrained(tiny_trunk, trust_remote_code=True).eval()
     bare = model._amoe_fingerprint()
-    model.attach_amoe(path=solo / "equiv-seed0" / "amoe")  # a solo run is an attachable amoe/ folder
+    model.attach_amoe(path=solo_runs / "equiv-seed0" / "amoe")  # a solo run is an attachable amoe/ folder
     assert not torch.equal(model._amoe_fingerprint(), bare)  # three Adam steps moved the arm
     model.detach_amoe()
 
     mixed = tmp_path / "dispatch"
-    assert amoe_train.main(["dispatch", "--arm", str(solo / "equiv-seed0"), "--arm", "control",
-                            "--arm", str(solo / "sts-seed0"), "--alarm-every", "1", "--steps", "3", "--out", str(mixed),
-                            *common]) == 0
+    assert dispatch.main(["--arm", str(solo_runs / "equiv-seed0"), "--arm", "control", "--arm",
+                          str(solo_runs / "sts-seed0"), "--alarm-every", "1", "--steps", "3", "--out", str(mixed),
+                          *common]) == 0
     record = json.loads((mixed / "metrics.json").read_text())
     assert record["roster"] == ["equiv", "control", "sts"] and record["steps_run"] == 3
     for check in record["history"]:
@@ -267,24 +318,24 @@ def test_train_amoe_solo_dispatch_select_end_to_end(tiny_trunk, tmp_path, data_d
 
     # An arm that trains on a selection set's source (sts: STS-B) trains and scores solo, with no validation mean,
     # and select refuses it as a candidate before anything trains.
-    assert json.loads((solo / "sts-seed0" / "metrics.json").read_text())["validation"]["mean"] is None
+    assert json.loads((solo_runs / "sts-seed0" / "metrics.json").read_text())["validation"]["mean"] is None
     with pytest.raises(SystemExit, match=r"sts \(STS-B\).*judged on its own source"):
-        amoe_train.main(["select", "--solo", str(solo), "--candidates", "equiv", "sts", "--out",
-                         str(tmp_path / "select-sts"), "--steps", "3", *common])
+        select.main(["--solo", str(solo_runs), "--candidates", "equiv", "sts", "--out",
+                     str(tmp_path / "select-sts"), "--steps", "3", *common])
 
     # Arms on a random tiny trunk do not clear the seed-spread bar (the decision rules are tested above), so the
     # selection here runs with no bar, to drive the whole shipping path: every comparison is still trained and scored.
-    real_selection, real_never_worse = amoe_train.greedy_selection, amoe_train.never_worse
-    monkeypatch.setattr(amoe_train, "greedy_selection",
+    real_selection, real_never_worse = select.greedy_selection, select.never_worse
+    monkeypatch.setattr(select, "greedy_selection",
                         lambda names, score, bar: real_selection(names, score, -1.0))
-    monkeypatch.setattr(amoe_train, "never_worse",
+    monkeypatch.setattr(select, "never_worse",
                         lambda trunk, collective, bar: real_never_worse(trunk, collective, -1.0))
     selected = tmp_path / "select"
-    assert amoe_train.main(["select", "--solo", str(solo), "--candidates", "equiv", "paraphrase", "--out",
-                            str(selected), "--tau-sweep", "0.05", "--steps", "3", *common]) == 0
+    assert select.main(["--solo", str(solo_runs), "--candidates", "equiv", "paraphrase", "--out",
+                        str(selected), "--tau-sweep", "0.05", "--steps", "3", *common]) == 0
     record = json.loads((selected / "metrics.json").read_text())
-    arms = json.loads((selected / "amoe" / "arms" / "ARMS.json").read_text())
-    assert set(arms["arms"]) == {"equiv", "paraphrase"} and arms["roster"] == record["shipped"]["roster"]
+    arms_json = json.loads((selected / "amoe" / "arms" / "ARMS.json").read_text())
+    assert set(arms_json["arms"]) == {"equiv", "paraphrase"} and arms_json["roster"] == record["shipped"]["roster"]
     first = record["steps"][0]
     assert set(first["candidates"]) == {"equiv", "paraphrase"}
     assert first["control"]["validation"]["mean"] == pytest.approx(
@@ -298,15 +349,17 @@ def test_train_amoe_solo_dispatch_select_end_to_end(tiny_trunk, tmp_path, data_d
 
     # What tools/captionbert/export.py ships and writes: the folder loads the collective in a fresh process, every
     # arm off is the bare trunk there, and the card's AMOE section is generated from these records.
+    from tools.captionbert import card as captionbert_card
     from tools.captionbert import export as captionbert_export
 
     folder = tmp_path / "hub"
     shutil.copytree(tiny_trunk, folder)
     shutil.copytree(selected / "amoe", folder / "amoe")
-    loaded = captionbert_export.fresh_process_embeddings(folder, amoe=True)
-    assert loaded["amoe_off"] == loaded["embeddings"] and loaded["amoe"] != loaded["embeddings"]
-    assert loaded["roster"] == record["shipped"]["roster"]
-    card = captionbert_export.amoe_section(record, arms)
+    loaded = runs.load_isolated(folder, captionbert_export.PROBE_TEXTS, auto_model=True, amoe=True)
+    bare, attached = loaded["auto_model"]["embeddings"], loaded["amoe"]
+    assert attached["off"] == bare and attached["embeddings"] != bare and attached["no_collective"] is None
+    assert attached["roster"] == record["shipped"]["roster"]
+    card = captionbert_card.amoe_section(record, arms_json)
     collective = record["rows"]["collective"]
     gain = collective["mean"] - record["rows"]["trunk"]["mean"]
     assert f"{collective['mean']:.4f}" in card and f"{gain:+.4f}" in card
@@ -330,18 +383,18 @@ def test_train_amoe_solo_dispatch_select_end_to_end(tiny_trunk, tmp_path, data_d
 
     # A selection where no candidate clears the bar is a result, not a failure: the run completes, records every
     # comparison, ships the solo arms without a collective, and the card's section says so and why.
-    monkeypatch.setattr(amoe_train, "greedy_selection",
+    monkeypatch.setattr(select, "greedy_selection",
                         lambda names, score, bar: real_selection(names, score, math.inf))
     rejected = tmp_path / "select-rejected"
-    assert amoe_train.main(["select", "--solo", str(solo), "--candidates", "equiv", "paraphrase", "--out",
-                            str(rejected), "--steps", "3", *common]) == 0
+    assert select.main(["--solo", str(solo_runs), "--candidates", "equiv", "paraphrase", "--out",
+                        str(rejected), "--steps", "3", *common]) == 0
     record = json.loads((rejected / "metrics.json").read_text())
     assert record["shipped"] is None and "no arm beat the untrained control" in record["reason"]
     assert [step["verdict"] for step in record["steps"]] == ["rejected"]
     assert set(record["rows"]) == {"trunk", "solo equiv", "solo paraphrase"}
     assert not list((rejected / "amoe").glob("*/dispatch.safetensors"))
     assert json.loads((rejected / "amoe" / "arms" / "ARMS.json").read_text())["roster"] is None
-    card = captionbert_export.amoe_section(record, json.loads((rejected / "amoe" / "arms" / "ARMS.json").read_text()))
+    card = captionbert_card.amoe_section(record, json.loads((rejected / "amoe" / "arms" / "ARMS.json").read_text()))
     assert "**No collective ships with this build.**" in card and f"{record['bar']:.4f}" in card
     assert f"{record['steps'][0]['margin_over_control']:+.4f}" in card
     assert f"{record['rows']['solo paraphrase']['mean']:.4f}" in card
@@ -351,11 +404,11 @@ def test_train_amoe_solo_dispatch_select_end_to_end(tiny_trunk, tmp_path, data_d
     folder = tmp_path / "hub-no-collective"
     shutil.copytree(tiny_trunk, folder)
     shutil.copytree(rejected / "amoe", folder / "amoe")
-    loaded = captionbert_export.fresh_process_embeddings(folder, amoe=True)
-    assert "ships no collective" in loaded["no_collective"]
-    assert "equiv" in loaded["no_collective"] and "paraphrase" in loaded["no_collective"]
-    assert loaded["roster"] == ["equiv"] and loaded["amoe_off"] == loaded["embeddings"]
-    assert loaded["amoe"] != loaded["embeddings"]
+    loaded = runs.load_isolated(folder, captionbert_export.PROBE_TEXTS, auto_model=True, amoe=True)
+    bare, attached = loaded["auto_model"]["embeddings"], loaded["amoe"]
+    assert "ships no collective" in attached["no_collective"]
+    assert "equiv" in attached["no_collective"] and "paraphrase" in attached["no_collective"]
+    assert attached["roster"] == ["equiv"] and attached["off"] == bare and attached["embeddings"] != bare
 
 
 @pytest.mark.slow
@@ -366,11 +419,11 @@ def test_select_ships_no_collective_when_every_candidate_is_worse_than_the_trunk
               "--tasks", "BIOSSES", "--validation-rows", "150"]
     for name in ("equiv", "paraphrase"):
         for seed in (0, 1):
-            assert amoe_train.main(["solo", "--data", name, "--seed", str(seed), "--steps", "12", "--learning-rate",
-                                    "1.0", "--out", str(tmp_path / "solo" / f"{name}-seed{seed}"), *common]) == 0
+            assert solo.main(["--data", name, "--seed", str(seed), "--steps", "12", "--learning-rate", "1.0",
+                              "--out", str(tmp_path / "solo" / f"{name}-seed{seed}"), *common]) == 0
     out = tmp_path / "select"
-    assert amoe_train.main(["select", "--solo", str(tmp_path / "solo"), "--candidates", "equiv", "paraphrase",
-                            "--steps", "3", "--out", str(out), *common]) == 0
+    assert select.main(["--solo", str(tmp_path / "solo"), "--candidates", "equiv", "paraphrase",
+                        "--steps", "3", "--out", str(out), *common]) == 0
     record = json.loads((out / "metrics.json").read_text())
     first = record["steps"][0]
     assert all(trial["margin_over_control"] < 0 for trial in first["candidates"].values())  # worse than the trunk
