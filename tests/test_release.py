@@ -107,7 +107,7 @@ def test_a_release_copies_the_build_and_mirrors_its_json_records(project):
     assert (f"| `{GLYPH.folder}` | glyph | 256 tokens | 256-d | cosine | win rate: **0.7500** | general: 0.1250 |"
             in readme)
     assert "| captionbert-8192-v2 | not released | | | | | |" in readme
-    assert "| `make test` | the test suite" in readme and "not measured yet" in readme
+    assert "| `make test` | ruff (`make lint`), then the test suite" in readme and "not measured yet" in readme
 
 
 def test_a_release_below_the_shipped_headline_is_refused_unless_forced(project):

@@ -52,7 +52,8 @@ def test_the_readme_commands_table_shows_the_recorded_times(project):
     session(project, seconds=6000.0)
     timings.main([])
     table = "\n".join(cards.commands_table())
-    assert "| `make test` | the test suite" in table and "| 1.7 h on 2 cores (2026-12-04) |" in table
+    assert "| `make test` | ruff (`make lint`), then the test suite" in table
+    assert "| 1.7 h on 2 cores (2026-12-04) |" in table
     assert "| `make demo` | creates `.venv`" in table and "not measured yet" in table
 
 

@@ -49,7 +49,8 @@ COMMANDS = {  # the README's commands table: what each does (its time comes from
     "make demo": "creates `.venv`, installs everything pinned, builds the three models at the quick budget into "
                  "`runs/quick/` (hours on 2 cores; stopped, it resumes where it was), reloads each built folder as "
                  "users will and prints a summary beside the shipped ones",
-    "make test": "the test suite, on real models and data (`make test-fast` leaves out the tests marked slow)",
+    "make test": "ruff (`make lint`), then the test suite, on real models and data (`make test-fast` leaves out the "
+                 "tests marked slow)",
     "make demo BUDGET=cpu": "the same at the cpu budget (`runs/demo/`; several times longer): the builds the shipped "
                             "weights come from",
     "make setup": "run by the others: `.venv` and the pinned installs, llama-cpp-python compiled from source",
