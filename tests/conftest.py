@@ -19,7 +19,7 @@ import torch  # noqa: E402
 from transformers import AutoModel  # noqa: E402
 
 from helpers import (DATA_DIR, ROOT, TINY_CAPTIONBERT, build_from_folder, captionbert_copy, tiny_glyph,  # noqa: E402
-                     tiny_teacher, trained_like)
+                     saved_arm_trunk, tiny_teacher, trained_like)
 from shared_modeling.amoe import Arm, Dispatch, save_arm, save_dispatch  # noqa: E402
 from shared_modeling.identity import trunk_hash  # noqa: E402
 
@@ -87,8 +87,7 @@ def caption_sample(data_dir):
 
 def captionbert_with_arms(folder):
     """(folder, model): a saved tiny captionbert (hidden 64) whose amoe/ ships a two-arm collective."""
-    folder = captionbert_copy(folder, **{**TINY_CAPTIONBERT, "hidden_size": 64, "intermediate_size": 128})
-    build_from_folder(folder).save_pretrained(folder)
+    folder = saved_arm_trunk(folder)
     model = AutoModel.from_pretrained(folder, trust_remote_code=True).eval()
     trunk = trunk_hash(model)
     torch.manual_seed(1)

@@ -42,6 +42,14 @@ def build_from_folder(folder, seed=0):
     return AutoModel.from_config(config, trust_remote_code=True).eval()
 
 
+def saved_arm_trunk(folder, **overrides):
+    """A saved, randomly initialised tiny captionbert wide enough for AMOE arms (hidden 64: the dispatch keys' 64
+    dims), at `folder`, with further config overrides; returns the folder."""
+    folder = captionbert_copy(folder, **{**TINY_CAPTIONBERT, "hidden_size": 64, "intermediate_size": 128, **overrides})
+    build_from_folder(folder).save_pretrained(folder)
+    return folder
+
+
 def tiny_teacher(folder, hidden_size, seed):
     """A random one-layer BertModel folder with the real uncased tokenizer: a mean-pooled 'teacher' of any width."""
     from transformers import BertConfig, BertModel

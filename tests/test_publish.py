@@ -17,7 +17,7 @@ import pytest
 import torch
 from transformers import AutoModel
 
-from helpers import ENV, ROOT, TINY_CAPTIONBERT, build_from_folder, captionbert_copy
+from helpers import ENV, ROOT, saved_arm_trunk
 from mock_hub import GITATTRIBUTES, serve
 from shared_modeling.amoe import Arm, Dispatch, save_arm, save_dispatch
 from shared_modeling.identity import trunk_hash
@@ -59,9 +59,7 @@ def tiny(tmp_path_factory):
     """(folder, {path: bytes} of its model files, embeddings of TEXTS): a tiny captionbert-8192-v2 as make demo leaves
     it (its remote code and tokenizer, weights, a two-arm AMOE library, a card newer than the weights), with caches,
     hidden files and run folders planted beside the model files."""
-    folder = captionbert_copy(tmp_path_factory.mktemp("bundle") / "captionbert-8192-v2",
-                              **{**TINY_CAPTIONBERT, "hidden_size": 64, "intermediate_size": 128})
-    build_from_folder(folder).save_pretrained(folder)
+    folder = saved_arm_trunk(tmp_path_factory.mktemp("bundle") / "captionbert-8192-v2")
     model = AutoModel.from_pretrained(folder, trust_remote_code=True).eval()
     torch.manual_seed(1)
     for name in ROSTER:

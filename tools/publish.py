@@ -222,8 +222,8 @@ def loaded_as_published(folder, loaded):
     if not np.isfinite(embeddings).all():
         raise SystemExit(f"{folder}: the embeddings are not finite")
     checks = ["AutoModel" if "auto_model" in loaded else "SentenceTransformer"]
-    if "auto_model" in loaded and "sentence_transformers" in loaded:  # captionbert ships a sentence-transformers
-        gap = float(np.abs(np.array(loaded["sentence_transformers"]["embeddings"]) - embeddings).max())  # pipeline
+    if "auto_model" in loaded and "sentence_transformers" in loaded:  # captionbert: a sentence-transformers pipeline
+        gap = float(np.abs(np.array(loaded["sentence_transformers"]["embeddings"]) - embeddings).max())
         if gap >= 1e-5:
             raise SystemExit(f"{folder}: SentenceTransformer differs from encode by {gap}")
         checks.append("SentenceTransformer")

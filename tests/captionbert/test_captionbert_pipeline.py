@@ -15,8 +15,8 @@ import torch
 from safetensors import safe_open
 from safetensors.numpy import load_file
 
-from helpers import (ENV, ROOT, TINY_CAPTIONBERT, assert_card_from_records, build_from_folder, captionbert_copy,
-                     finish, kill_when, run_tool)
+from helpers import (ENV, ROOT, TINY_CAPTIONBERT, assert_card_from_records, captionbert_copy,
+                     finish, kill_when, run_tool, saved_arm_trunk)
 from tools import corpus, encoders, publish, sts
 from tools.captionbert import align
 from tools.captionbert import evaluate
@@ -434,10 +434,7 @@ def test_an_extraction_is_arm_data_of_short_texts_with_the_reference_teachers_em
 @pytest.fixture(scope="session")
 def arm_trunk(tmp_path_factory):
     """A random tiny captionbert that takes arms (64 dims for the dispatch keys) with the reference teacher's width."""
-    trunk = captionbert_copy(tmp_path_factory.mktemp("arm-trunk") / "captionbert",
-                             **{**TINY_CAPTIONBERT, "hidden_size": 64, "intermediate_size": 128, "output_dim": 48})
-    build_from_folder(trunk).save_pretrained(trunk)
-    return trunk
+    return saved_arm_trunk(tmp_path_factory.mktemp("arm-trunk") / "captionbert", output_dim=48)
 
 
 @pytest.mark.slow

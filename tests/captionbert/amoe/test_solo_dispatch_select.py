@@ -229,12 +229,9 @@ def test_the_recorded_amoe_runs_parse_from_their_command_lines_to_their_recorded
 
 @pytest.fixture(scope="module")
 def tiny_trunk(tmp_path_factory):
-    from helpers import TINY_CAPTIONBERT, build_from_folder, captionbert_copy
+    from helpers import saved_arm_trunk
 
-    folder = captionbert_copy(tmp_path_factory.mktemp("trunk") / "captionbert",
-                              **{**TINY_CAPTIONBERT, "hidden_size": 64, "intermediate_size": 128})
-    build_from_folder(folder).save_pretrained(folder)
-    return folder
+    return saved_arm_trunk(tmp_path_factory.mktemp("trunk") / "captionbert")
 
 
 @pytest.mark.slow
