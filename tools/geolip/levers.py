@@ -32,6 +32,10 @@ LEVERS = {  # name: (lever, what it changes against today's recipe, its training
     "groups3": ("3 loss", "three spliced groups in every batch of 32 (one): InfoNCE mostly among texts that share "
                 "their window", ["--groups-per-batch", "3"]),
     "hard300": ("4 hard negatives", "300 hard-negative groups (100)", ["--hard-negative-groups", "300"]),
+    "blend+cosine0.6": ("1 start + 3 loss", "starts from the blend, the cosine term x .6 (x .3)",
+                        ["--start", "blend", "--cosine-weight", "0.6"]),
+    "blend+cosine1.0": ("1 start + 3 loss", "starts from the blend, the cosine term x 1.0 (x .3)",
+                        ["--start", "blend", "--cosine-weight", "1.0"]),
     "readout-all": ("5 readout", "the readout attends to every segment's own base embedding (those past the window)",
                     ["--readout-anchors", "all"]),
 }
@@ -99,7 +103,7 @@ def main(argv=None):
                                                          "complete": len(rows) == len(config.only)})
     for row in rows:
         spliced = "n/a" if row["spliced_top1"] is None else f"{row['spliced_top1']:.3f}"
-        print(f"{row['name']:>10}: m_acc {row['m_acc']:.3f}, cosine {row['mean_cosine']:.3f}, spliced {spliced}, "
+        print(f"{row['name']:>15}: m_acc {row['m_acc']:.3f}, cosine {row['mean_cosine']:.3f}, spliced {spliced}, "
               f"{row['training_minutes']:.1f} min; does not beat: {'; '.join(row['loses_to']) or 'none'}")
     return 0
 
