@@ -74,6 +74,15 @@ def run_tool(module, *args, **popen):
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, **popen)
 
 
+def torchrun(*args, processes=2):
+    """`python -m torch.distributed.run --standalone --nproc-per-node <processes> args` (a script's path, or -m and
+    a module) on CPU processes of one thread each; returns the finished subprocess.CompletedProcess."""
+    command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", str(processes),
+               *map(str, args)]
+    return subprocess.run(command, cwd=ROOT, env={**ENV, "OMP_NUM_THREADS": "1"}, capture_output=True, text=True,
+                          timeout=600)
+
+
 def finish(process):
     output, _ = process.communicate(timeout=600)
     assert process.returncode == 0, output[-3000:]

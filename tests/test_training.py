@@ -2,61 +2,18 @@
 leaves them untouched, and draws the same batches whatever the step it starts from; every trainer resolves
 --precision auto to bf16 only where the hardware computes it."""
 
-from dataclasses import dataclass
-from pathlib import Path
-
 import numpy as np
 import pytest
 import torch
 from torch import nn
-from torch.utils.tensorboard import SummaryWriter
 
-from helpers import plant_code
+import toy_training
+from helpers import plant_code, torchrun
 from tools import training
 from tools.geolip import train as geolip_train
 from tools.glyph import train as glyph_train
 from tools.training import batch_at, run_stage
-
-
-@dataclass
-class LoopConfig:
-    out: Path
-    weight_decay: float = 0.01
-    warmup_fraction: float = 0.25
-    precision: str = "fp32"
-    log_every: int = 1
-    validate_every: int = 3
-    checkpoint_every: int = 2
-
-
-class Interrupted(Exception):
-    pass
-
-
-def train(out, steps=6, stop_at=None, **options):
-    """A two-layer model whose first layer is frozen, trained on a fixed regression; stop_at raises at that step
-    (after the checkpoint of the step before it), like a killed run. options: run_stage's."""
-    torch.manual_seed(0)
-    model = nn.Sequential(nn.Linear(4, 8), nn.Tanh(), nn.Linear(8, 1))
-    model[0].requires_grad_(False)
-    frozen = model[0].weight.clone()
-    inputs, targets = torch.randn(20, 4), torch.randn(20, 1)
-
-    def loss_at(step):
-        if step == stop_at:
-            raise Interrupted
-        rows = batch_at(step, len(inputs), 5, seed=1)
-        noise = torch.randn(len(rows), 1) * 0.01  # uses the global RNG: its state must resume too
-        return {"loss": (model(inputs[rows]) - targets[rows] + noise).pow(2).mean()}
-
-    def validate():
-        return {"mse": (model(inputs) - targets).pow(2).mean().item()}
-
-    writer = SummaryWriter(str(out / "tensorboard"))
-    history = run_stage("toy", model, steps, 0.05, loss_at, LoopConfig(out), writer, validate, **options)
-    writer.close()
-    assert torch.equal(model[0].weight, frozen)
-    return model, history
+from toy_training import Interrupted, LoopConfig, train
 
 
 def test_an_interrupted_run_resumes_to_the_same_weights_and_history(tmp_path):
@@ -85,12 +42,52 @@ def test_a_cosine_schedule_its_warm_up_in_steps_and_the_history_s_entries_surviv
 
 def test_a_loss_that_reports_its_tokens_gets_tokens_per_second(tmp_path):
     model = nn.Linear(2, 1)
-    writer = SummaryWriter(str(tmp_path / "tensorboard"))
-    history = run_stage("tokens", model, 4, 0.01, lambda step: {"loss": model(torch.ones(3, 2)).sum(), "tokens": 30},
-                        LoopConfig(tmp_path, log_every=2), writer)
-    writer.close()
+    history = run_stage("tokens", model, 4, 0.01,
+                        lambda step, share: {"loss": model(torch.ones(3, 2)).sum(), "tokens": 30},
+                        LoopConfig(tmp_path, log_every=2), training.accelerator_for("fp32"))
     assert [point["step"] for point in history["train"]] == [2, 4]
     assert all(point["tokens_per_second"] > 0 and "tokens" not in point for point in history["train"])
+    assert list((tmp_path / "tensorboard").glob("events.out.tfevents.*"))
+
+
+def test_shares_cut_a_batch_into_contiguous_parts_and_refuse_a_batch_too_small():
+    rows = list(range(7))
+    parts = [training.Share(index, 3).of(rows) for index in range(3)]
+    assert parts == [[0, 1], [2, 3], [4, 5, 6]] and training.Share(0, 1).of(rows) == rows
+    with pytest.raises(SystemExit, match="a batch of 2 cannot be shared among 3 parts"):
+        training.Share(0, 3).of([0, 1])
+    with pytest.raises(SystemExit, match="--gradient-accumulation-steps must be >= 1"):
+        training.accelerator_for("fp32", 0)
+
+
+def test_gradient_accumulation_over_micro_steps_gives_the_weights_of_the_whole_batch(tmp_path):
+    """Two micro-steps of half a batch each, accumulated by the Accelerator, make the step one step of the whole
+    batch makes (an MSE: a mean over the rows, so the halves' mean is the whole's)."""
+    whole, _ = train(tmp_path / "whole", steps=4, batch_size=8, noise=False)
+    halves, _ = train(tmp_path / "halves", steps=4, batch_size=8, noise=False, micro_steps=2)
+    for (name, a), b in zip(whole.state_dict().items(), halves.state_dict().values()):
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6, msg=name)
+
+
+def test_two_processes_at_a_global_batch_make_the_weights_of_one_process_and_resume_on_one(tmp_path):
+    """Data-parallel on two CPU processes (torchrun, gloo): three steps at a global batch of 8 (4 a process), with
+    in-batch InfoNCE over the gathered rows, end at the weights one process reaches at a batch of 8; and a run killed
+    on two processes resumes on one to the weights of an uninterrupted run."""
+    one, _ = train(tmp_path / "one", steps=3, batch_size=8, noise=False, contrastive=True)
+    result = torchrun(toy_training.__file__, tmp_path / "two", 3, 8)  # two CPU processes: gloo
+    assert result.returncode == 0, result.stderr[-3000:]
+    two = torch.load(tmp_path / "two" / "weights.pt", weights_only=True)
+    assert set(two) == set(one.state_dict())
+    for name, weight in one.state_dict().items():
+        torch.testing.assert_close(two[name], weight, rtol=1e-5, atol=1e-6, msg=name)
+
+    killed = torchrun(toy_training.__file__, tmp_path / "killed", 6, 8, 5)  # stops after the checkpoint of step 4
+    assert killed.returncode != 0 and "Interrupted" in killed.stderr
+    assert torch.load(tmp_path / "killed" / "checkpoint-toy.pt", weights_only=True)["step"] == 4
+    straight, _ = train(tmp_path / "straight", steps=6, batch_size=8, noise=False, contrastive=True)
+    resumed, _ = train(tmp_path / "killed", steps=6, batch_size=8, noise=False, contrastive=True)
+    for (name, a), b in zip(straight.state_dict().items(), resumed.state_dict().values()):
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6, msg=name)
 
 
 def test_a_checkpoint_that_would_run_code_is_refused(tmp_path):

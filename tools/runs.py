@@ -137,15 +137,26 @@ def run_state(folder, config):
     return "complete" if (folder / "metrics.json").exists() else "partial"
 
 
-class RunRecord:
-    """Context manager that creates `folder`, records the config and environment, and stamps the end time."""
+def main_process():
+    """Whether this process writes the run's records: the only one, or rank 0 of those torchrun or accelerate launch
+    started (they set RANK)."""
+    return int(os.environ.get("RANK", "0")) == 0
 
-    def __init__(self, folder, config, tool):
+
+class RunRecord:
+    """Context manager that creates `folder`, records the config and environment, and stamps the end time: on the
+    main process only (the others of a data-parallel run leave the record to it), or with `every_process` on each
+    (each its own folder)."""
+
+    def __init__(self, folder, config, tool, every_process=False):
         self.folder = Path(folder)
         self.config = config
         self.tool = tool
+        self.writes = every_process or main_process()
 
     def __enter__(self):
+        if not self.writes:
+            return self
         self.folder.mkdir(parents=True, exist_ok=True)
         write_json(self.folder / "config.json", dataclasses.asdict(self.config))
         commit, dirty = git_revision()
@@ -156,6 +167,8 @@ class RunRecord:
         return self
 
     def __exit__(self, exc_type, exc, tb):
+        if not self.writes:
+            return False
         self.info["finished"] = time.strftime("%Y-%m-%dT%H:%M:%S%z")
         self.info["status"] = "ok" if exc_type is None else f"failed: {exc_type.__name__}: {exc}"
         write_json(self.folder / "run.json", self.info)

@@ -1,14 +1,18 @@
 """The training loop every trainer shares (captionbert's distillation and AMOE arms, glyph's two stages, geolip's
-memory): fused AdamW on the parameters that require grad, a warm-up then linear, cosine or no decay, bf16 autocast
-around the loss, a history and TensorBoard points every log_every steps (with tokens/s when the loss reports its
-tokens), validation every validate_every steps, and an atomic checkpoint every checkpoint_every steps that a rerun
-resumes from, to the same weights as an uninterrupted run. Every trainer but the arms' (float32, as the AMOE spec
-says) takes --precision auto | bf16 | fp32 (resolve_precision: auto is bf16 only where the hardware computes it).
+memory), under one `accelerate.Accelerator`: the same command runs on one process, or on several started by
+`torchrun --nproc-per-node N -m tools...` or `accelerate launch --num_processes N -m tools...` (data-parallel: each
+process computes its share of every batch, gradients averaged), and a checkpoint resumes on any number of processes.
+Fused AdamW on the parameters that require grad, a warm-up then linear, cosine or no decay, bf16 autocast around the
+loss (the Accelerator's mixed precision), gradient accumulation over micro-steps (the Accelerator's), a history and
+TensorBoard points every log_every steps (with tokens/s when the loss reports its tokens), validation every
+validate_every steps, and an atomic checkpoint every checkpoint_every steps that a rerun resumes from, to the same
+weights as an uninterrupted run. Every trainer but the arms' (float32, as the AMOE spec says) takes --precision
+auto | bf16 | fp32 (resolve_precision: auto is bf16 only where the hardware computes it).
 
-A tool's config supplies: out (the run folder), weight_decay, precision ("bf16" or "fp32", resolved), log_every,
-validate_every, checkpoint_every, and warmup_fraction unless the tool gives its warm-up in steps. Batches come from
-`batch_at` (a fixed shuffle per (seed, epoch)) or any other function of the step alone, so a resumed run draws the
-same batches as an uninterrupted one.
+A tool's config supplies: out (the run folder), weight_decay, log_every, validate_every, checkpoint_every, and
+warmup_fraction unless the tool gives its warm-up in steps. Batches come from `batch_at` (a fixed shuffle per (seed,
+epoch)) or any other function of the step alone, so a resumed run draws the same batches as an uninterrupted one;
+each process takes its Share of them, and a loss over `gathered` rows is the whole batch's loss.
 """
 
 import functools
@@ -18,9 +22,17 @@ import pickle
 import random
 import time
 from pathlib import Path
+from typing import NamedTuple
 
 import numpy as np
 import torch
+import torch.distributed as dist
+import torch.distributed.nn.functional as distributed
+import torch.nn.functional as F
+from accelerate import Accelerator, PartialState
+from accelerate.state import AcceleratorState, GradientState
+from accelerate.utils import DistributedDataParallelKwargs
+from torch.utils.tensorboard import SummaryWriter
 from tqdm.auto import tqdm
 from transformers import (get_constant_schedule_with_warmup, get_cosine_schedule_with_warmup,
                           get_linear_schedule_with_warmup)
@@ -47,6 +59,28 @@ def resolve_precision(precision, device):
     if precision not in PRECISIONS:
         raise SystemExit(f"--precision must be one of {', '.join(PRECISIONS)}, got {precision!r}")
     return ("bf16" if bf16_native(device) else "fp32") if precision == "auto" else precision
+
+
+def accelerator_for(precision, gradient_accumulation_steps=1, cpu=None):
+    """The Accelerator a trainer's stages run under, on this process's device (accelerator.device; the CPU when `cpu`,
+    by default where there is no GPU): bf16 mixed precision when `precision` (resolved, resolve_precision) is "bf16",
+    `gradient_accumulation_steps` micro-steps to a step. AcceleratorState is a process singleton whose precision
+    cannot change, and one process may run trainers of both precisions (the test suite does): it is built afresh
+    here, keeping the process group (PartialState)."""
+    if gradient_accumulation_steps < 1:
+        raise SystemExit(f"--gradient-accumulation-steps must be >= 1, got {gradient_accumulation_steps}")
+    AcceleratorState._reset_state()
+    GradientState._reset_state()
+    cpu = not torch.cuda.is_available() if cpu is None else cpu
+    return Accelerator(cpu=cpu,  # several CPU processes run data-parallel only when accelerate is told so
+                       mixed_precision="bf16" if precision == "bf16" else "no",
+                       gradient_accumulation_steps=gradient_accumulation_steps,
+                       kwargs_handlers=[DistributedDataParallelKwargs(find_unused_parameters=True)])
+
+
+def process_device():
+    """This process's device: its GPU (one per process under torchrun / accelerate launch), else the CPU."""
+    return PartialState(cpu=not torch.cuda.is_available()).device
 
 
 STORAGE_DTYPES = {"float32": torch.float32, "float16": torch.float16}
@@ -144,48 +178,101 @@ SCHEDULES = {  # after the warm-up: (optimizer, warm-up steps, steps) -> schedul
     "constant": lambda optimizer, warmup_steps, steps: get_constant_schedule_with_warmup(optimizer, warmup_steps)}
 
 
-def run_stage(stage, model, steps, learning_rate, loss_at, config, writer, validate=None, warmup_steps=None,
+class Share(NamedTuple):
+    """The part of a step's batch one process computes in one micro-step: part `index` of `count` (processes x
+    gradient-accumulation micro-steps). Share(0, 1) is the whole batch."""
+    index: int
+    count: int
+
+    def of(self, rows):
+        """This share of `rows` (a list, array or tensor, one row per example): a contiguous part; the parts differ
+        by one row at most."""
+        if len(rows) < self.count:
+            raise SystemExit(f"a batch of {len(rows)} cannot be shared among {self.count} parts (processes x "
+                             "gradient-accumulation steps): make the batch larger or use fewer")
+        return rows[self.index * len(rows) // self.count:(self.index + 1) * len(rows) // self.count]
+
+
+def gathered(rows):
+    """`rows` (a tensor, one row per example) with every process's rows after it, in process order; the gradient
+    flows back to each process's own rows (torch.distributed.nn's all_gather sums the copies). A loss over gathered
+    rows is the whole batch's loss, in-batch negatives included: each process computes it, its gradient reaches the
+    parameters once per process, and the data-parallel average makes it the one-process gradient. One process: `rows`
+    itself. Shares may differ by a row: padded for the collective, cut after."""
+    if not dist.is_initialized() or dist.get_world_size() == 1:
+        return rows
+    sizes = [torch.zeros((), dtype=torch.long, device=rows.device) for _ in range(dist.get_world_size())]
+    dist.all_gather(sizes, torch.tensor(len(rows), device=rows.device))
+    padded = F.pad(rows, (0, 0) * (rows.dim() - 1) + (0, int(max(sizes)) - len(rows)))
+    return torch.cat([part[:size] for part, size in zip(distributed.all_gather(padded), sizes)])
+
+
+class LossStep(torch.nn.Module):
+    """`loss_at` as the forward of a module that holds `model`: what the Accelerator prepares, so that data-parallel
+    training (DDP) sees every step's forward and averages the gradients of the parameters that require grad."""
+
+    def __init__(self, model, loss_at):
+        super().__init__()
+        self.model, self.loss_at = model, loss_at
+
+    def forward(self, step, share):
+        return self.loss_at(step, share)
+
+
+def run_stage(stage, model, steps, learning_rate, loss_at, config, accelerator, validate=None, warmup_steps=None,
               decay="linear", history=None):
-    """Train `model` for `steps` with `loss_at(step) -> {"loss", ...}` (scalar tensors, logged; an int "tokens", the
-    step's real tokens, is logged as tokens_per_second over each log window instead); resume from
-    out/checkpoint-<stage>.pt when there is one. `validate() -> {name: number}` runs in eval mode without autograd.
-    The learning rate warms up over `warmup_steps` (default warmup_fraction of the steps), then decays to 0 by
-    `decay` (SCHEDULES). `history`: entries to keep beside the points (how the model started, say), saved in every
-    checkpoint. Returns the stage's history: those entries, train and validation points, and training_seconds."""
+    """Train `model` for `steps` under `accelerator` (training.accelerator_for) with `loss_at(step, share) -> {"loss",
+    ...}`: the loss of `share`'s part of step's batch (Share.of; scalar tensors, logged; an int "tokens", the part's
+    real tokens, is logged as tokens_per_second over each log window, summed over the processes). Every process runs
+    accelerator.gradient_accumulation_steps micro-steps a step, each with its own share. Resumes from
+    out/checkpoint-<stage>.pt when there is one. `validate() -> {name: number}` runs in eval mode without autograd,
+    on the main process, which alone writes the checkpoints, the history's validation points and TensorBoard
+    (out/tensorboard). The learning rate warms up over `warmup_steps` (default warmup_fraction of the steps), then
+    decays to 0 by `decay` (SCHEDULES). `history`: entries to keep beside the points (how the model started, say),
+    saved in every checkpoint. Returns the stage's history: those entries, train and validation points, and
+    training_seconds."""
     optimizer = adam([p for p in model.parameters() if p.requires_grad], learning_rate, config.weight_decay)
     warmup_steps = round(config.warmup_fraction * steps) if warmup_steps is None else warmup_steps
-    schedule = SCHEDULES[decay](optimizer, warmup_steps, steps)
+    schedule = SCHEDULES[decay](optimizer, warmup_steps, steps)  # not prepared: it steps once a step, not a process
     checkpoint = config.out / f"checkpoint-{stage}.pt"
     step, history = 0, {**(history or {}), "train": [], "validation": [], "training_seconds": 0.0}
     if checkpoint.exists():
         step, history = load_checkpoint(checkpoint, model, optimizer, schedule)
         print(f"resuming {stage} at step {step}")
-    device_type = next(model.parameters()).device.type
+    loss_step, optimizer = accelerator.prepare(LossStep(model, loss_at), optimizer)
+    main, micro_steps = accelerator.is_main_process, accelerator.gradient_accumulation_steps
+    parts = accelerator.num_processes * micro_steps
+    writer = SummaryWriter(str(config.out / "tensorboard")) if main else None
     model.train()
-    bar = tqdm(total=steps, initial=step, desc=stage, unit="step")
+    model.zero_grad(set_to_none=True)  # the first step's gradients are its own
+    bar = tqdm(total=steps, initial=step, desc=stage, unit="step", disable=not main)
     tokens, busy_seconds = 0, 0.0  # throughput counts training steps only, not validation or saving
     while step < steps:
         started = time.perf_counter()
-        with torch.autocast(device_type, dtype=torch.bfloat16, enabled=config.precision == "bf16"):
-            terms = loss_at(step)
-        optimiser_step(optimizer, terms["loss"])
+        for micro_step in range(micro_steps):
+            with accelerator.accumulate(loss_step):
+                terms = loss_step(step, Share(accelerator.process_index * micro_steps + micro_step, parts))
+                accelerator.backward(terms["loss"])
+                optimizer.step()  # only after the last micro-step: the accumulated gradients, averaged
+                optimizer.zero_grad(set_to_none=True)
+            tokens += terms.pop("tokens", 0)
         schedule.step()
         step += 1
-        tokens += terms.pop("tokens", 0)
         busy_seconds += time.perf_counter() - started
         history["training_seconds"] += time.perf_counter() - started
         bar.update()
         if step % config.log_every == 0 or step == steps:
             point = {"step": step, "lr": schedule.get_last_lr()[0], **{k: v.item() for k, v in terms.items()}}
+            tokens = int(accelerator.reduce(torch.tensor(tokens, device=accelerator.device), "sum"))
             if tokens:
                 point["tokens_per_second"] = round(tokens / busy_seconds, 1)
             tokens, busy_seconds = 0, 0.0
             history["train"].append({**point, "seconds": round(history["training_seconds"], 1)})  # time so far
             for key, value in point.items():
-                if key != "step":
+                if main and key != "step":
                     writer.add_scalar(f"{stage}/{key}", value, step)
             bar.set_postfix(loss=f"{point['loss']:.3f}")
-        if validate is not None and (step % config.validate_every == 0 or step == steps):
+        if main and validate is not None and (step % config.validate_every == 0 or step == steps):
             model.eval()
             with torch.no_grad():
                 scores = validate()
@@ -194,9 +281,13 @@ def run_stage(stage, model, steps, learning_rate, loss_at, config, writer, valid
             for key, value in scores.items():
                 writer.add_scalar(f"{stage}/validation_{key}", value, step)
             bar.write(f"{stage} step {step}: validation " + ", ".join(f"{k} {v:.4f}" for k, v in scores.items()))
-        if step % config.checkpoint_every == 0 or step == steps:
+        if main and (step % config.checkpoint_every == 0 or step == steps):
             save_checkpoint(checkpoint, model, optimizer, schedule, step, history)
             writer.flush()
     bar.close()
+    if main:
+        writer.close()
+    accelerator.wait_for_everyone()
+    accelerator.free_memory()  # the next stage prepares its own
     model.eval()
     return history

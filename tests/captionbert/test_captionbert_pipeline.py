@@ -5,8 +5,6 @@ resumption after kill -9; 2-process extraction."""
 import json
 import os
 import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -15,8 +13,8 @@ import torch
 from safetensors import safe_open
 from safetensors.numpy import load_file
 
-from helpers import (ENV, ROOT, TINY_CAPTIONBERT, assert_card_from_records, captionbert_copy,
-                     finish, kill_when, run_tool, saved_arm_trunk)
+from helpers import (TINY_CAPTIONBERT, assert_card_from_records, captionbert_copy, finish, kill_when, run_tool,
+                     saved_arm_trunk, torchrun)
 from tools import corpus, encoders, publish, sts
 from tools.captionbert import align
 from tools.captionbert import evaluate
@@ -178,9 +176,7 @@ def test_extraction_resumes_after_kill_with_identical_shards(tmp_path, extractio
 
 def test_two_process_extraction_equals_one(tmp_path, extraction, tiny_teachers, caption_sample):
     out = tmp_path / "run"
-    command = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "-m",
-               "tools.captionbert.extract", *map(str, extract_args(out, tiny_teachers, caption_sample))]
-    result = subprocess.run(command, cwd=ROOT, env=ENV, capture_output=True, text=True, timeout=600)
+    result = torchrun("-m", "tools.captionbert.extract", *extract_args(out, tiny_teachers, caption_sample))
     assert result.returncode == 0, result.stderr[-3000:]
     assert sorted(p.name for p in (out / "runs").iterdir()) == ["process-0", "process-1"]
     assert shard_bytes(out) == shard_bytes(extraction)

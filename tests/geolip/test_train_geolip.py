@@ -12,7 +12,7 @@ import torch
 from safetensors import safe_open
 from transformers import AutoModel, AutoTokenizer
 
-from helpers import ROOT, assert_card_from_records, tiny_teacher
+from helpers import ROOT, assert_card_from_records, tiny_teacher, torchrun
 from tools import corpus, runs, teachers
 from tools.geolip import evaluate as geolip_evaluate
 from tools.geolip import card as geolip_card
@@ -34,6 +34,20 @@ def tiny_run(tmp_path, data_dir, **options):
     for name, value in options.items():
         argv += ["--" + name.replace("_", "-"), str(value)]
     return base, out, argv
+
+
+@pytest.mark.slow
+def test_two_processes_train_one_run_that_the_main_process_alone_records(tmp_path, data_dir):
+    """Data-parallel (torchrun, two CPU processes, tools/training.py's loop): the run ends with one record, one
+    TensorBoard file and a loadable folder, as a one-process run does."""
+    _, out, argv = tiny_run(tmp_path, data_dir, flickr_captions=16, steps=4, batch_size=4, validate_every=2,
+                            init_texts=16, cv_target_texts=3, splice_groups=3, hard_negative_groups=0)
+    result = torchrun("-m", "tools.geolip.train", *argv)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert [p["step"] for p in runs.read_json(out / "metrics.json")["history"]["validation"]] == [2, 4]
+    assert runs.read_json(out / "run.json")["status"] == "ok" and len(list((out / "tensorboard").iterdir())) == 1
+    model = AutoModel.from_pretrained(out / "final", trust_remote_code=True)
+    assert model.encode(["a dog runs on the beach"]).shape == (1, 32)
 
 
 @pytest.mark.slow

@@ -14,6 +14,7 @@ from safetensors.numpy import load_file, save_file
 
 from shared_modeling.losses import consensus_distillation
 from tools import corpus, registry, runs
+from tools.training import gathered
 
 GROUP_BATCHES = 64  # batches per length-sorted group of the bucketed shuffle
 CAPTIONBERT = registry.CAPTIONBERT.path
@@ -36,6 +37,8 @@ class Config:
     max_length: int = 256  # tokens per text in training (longer texts are truncated)
     precision: str = "auto"  # forward pass: bf16 (autocast; the loss and Adam stay float32) | fp32 | auto: bf16
     #                          where the hardware computes it (training.bf16_native), else fp32
+    gradient_accumulation_steps: int = 1  # micro-steps a step (the batch cut among processes x micro-steps; the
+    #                                       InfoNCE negatives are each micro-step's, gathered over the processes)
     validation_rows: int = 1000  # consensus rows held out of training for the validation cosine
     validate_every: int = 100  # steps between validation passes
     checkpoint_every: int = 100  # steps between atomic checkpoints
@@ -166,9 +169,10 @@ def collate(token_ids, rows, pad_id):
 def distillation_terms(model, input_ids, attention_mask, targets, config):
     """The loss terms of one batch (shared_modeling.losses.consensus_distillation, computed in float32 under any
     autocast): the student's normalised embeddings `model(...).pooler_output` (B, E) against the consensus rows
-    `targets` (B, E)."""
+    `targets` (B, E), each gathered over the processes (training.gathered)."""
     student = model(input_ids, attention_mask).pooler_output
-    with torch.autocast(input_ids.device.type, enabled=False):
-        terms = consensus_distillation(student.float(), targets, config.temperature, config.mse_weight)
+    with torch.autocast(input_ids.device.type, enabled=False):  # every process's rows: the whole batch's loss
+        terms = consensus_distillation(gathered(student.float()), gathered(targets), config.temperature,
+                                       config.mse_weight)
     terms["mse_weighted"] = terms["mse"].detach() * config.mse_weight
     return terms

@@ -130,7 +130,8 @@ def main(argv=None):
     mine = starts[state.process_index::state.num_processes]
     options = encoders.EncodeOptions(config.batch_size, config.max_length, show_progress=False, device=state.device)
 
-    with runs.RunRecord(config.out / "runs" / f"process-{state.process_index}", config, "captionbert.extract"):
+    with runs.RunRecord(config.out / "runs" / f"process-{state.process_index}", config, "captionbert.extract",
+                        every_process=True):
         teachers = []
         for spec in config.teachers:
             with state.main_process_first():  # one process unpacks or downloads a teacher, the others then read it

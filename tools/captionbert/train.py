@@ -39,7 +39,6 @@ from pathlib import Path
 
 import numpy as np
 import torch
-from torch.utils.tensorboard import SummaryWriter
 from transformers import AutoConfig, AutoModel, AutoTokenizer
 
 from tools import runs, training
@@ -79,8 +78,9 @@ def main(argv=None):
     if config.expected_teachers and sorted(teachers) != sorted(config.expected_teachers):
         print(f"note: the consensus comes from {teachers}, not the {config.preset} preset's roster "
               f"{config.expected_teachers}", file=sys.stderr)
-    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    config.precision = training.resolve_precision(config.precision, device)  # before the run record
+    config.precision = training.resolve_precision(config.precision, training.process_device())  # before the record
+    accelerator = training.accelerator_for(config.precision, config.gradient_accumulation_steps)
+    device = accelerator.device
 
     # Data: tokenise once; hold out validation rows; lengths drive the bucketed shuffle.
     tokenizer = AutoTokenizer.from_pretrained(str(config.model), trust_remote_code=True)
@@ -129,8 +129,8 @@ def main(argv=None):
     model = model.to(device)
     config.out.mkdir(parents=True, exist_ok=True)
 
-    def loss_at(step):
-        rows = training_rows[epochs.at(step)]
+    def loss_at(step, share):
+        rows = share.of(training_rows[epochs.at(step)])
         input_ids, attention_mask = collate(token_ids, rows, tokenizer.pad_token_id)
         terms = distillation_terms(model, input_ids.to(device), attention_mask.to(device),
                                    targets[rows].float().to(device), config)
@@ -138,7 +138,7 @@ def main(argv=None):
 
     def validate():
         cosines = []
-        with torch.autocast(device.type, dtype=torch.bfloat16, enabled=config.precision == "bf16"):
+        with accelerator.autocast():
             for start in range(0, len(validation_rows), 256):
                 rows = validation_rows[start:start + 256]
                 input_ids, attention_mask = collate(token_ids, rows, tokenizer.pad_token_id)
@@ -150,11 +150,11 @@ def main(argv=None):
     print(f"student {parameters:,} parameters; {len(training_rows)} training rows ({batches_per_epoch} batches an "
           f"epoch), {len(validation_rows)} held out; {config.steps} steps of {config.batch_size} on {device}")
     with runs.RunRecord(config.out, config, "captionbert.train") as record:
-        writer = SummaryWriter(str(config.out / "tensorboard"))
-        history = training.run_stage("distill", model, config.steps, config.learning_rate, loss_at, config, writer,
-                                     validate, warmup_steps=config.warmup_steps, decay="cosine",
+        history = training.run_stage("distill", model, config.steps, config.learning_rate, loss_at, config,
+                                     accelerator, validate, warmup_steps=config.warmup_steps, decay="cosine",
                                      history={"init": init})
-        writer.close()
+        if not accelerator.is_main_process:
+            return 0  # the main process saves and records
 
         # The positions training reached: the longest training text, or the teacher's when they came from it.
         trained_length = max(int(lengths.max()), history["init"].get("positions_from_teacher", 0))

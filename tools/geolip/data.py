@@ -72,6 +72,8 @@ class Config:
     warmup_fraction: float = 0.06  # share of the steps spent warming up
     precision: str = "auto"  # forward pass: bf16 autocast (losses and optimiser float32) | fp32 | auto: bf16 where
     #                          the hardware computes it (tools/training.resolve_precision), else fp32
+    gradient_accumulation_steps: int = 1  # micro-steps a step (each batch cut among processes x micro-steps; the
+    #                                       InfoNCE negatives are each micro-step's, gathered over the processes)
     save_dtype: str = "float32"  # how final/ stores the weights (the frozen base too: store_base_apart): float32 |
     #                              float16 (half the file; the model loads and computes in float32 either way;
     #                              training.save_stored)

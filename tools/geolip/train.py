@@ -55,7 +55,6 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
-from torch.utils.tensorboard import SummaryWriter
 from transformers import AutoTokenizer
 
 from shared_modeling.geometry import pentachoron_cv
@@ -66,7 +65,8 @@ from tools.geolip.data import (PRESETS, Config, base_folder, build_model, split_
                                store_base_apart, teacher_embeddings, teacher_encode)
 from tools.geolip.metrics import fit_blend_weight, m_acc, mean_cosine, procrustes_maps, row_embeddings
 from tools.plots import Panel, curve, plot_history
-from tools.training import STORAGE_DTYPES, batch_at, resolve_precision, run_stage, save_stored
+from tools.training import (STORAGE_DTYPES, accelerator_for, batch_at, gathered, process_device, resolve_precision,
+                            run_stage, save_stored)
 
 
 def parse_config(argv):
@@ -94,7 +94,8 @@ def parse_config(argv):
         raise SystemExit(f"--start must be window or blend, got {config.start!r}")
     if config.save_dtype not in STORAGE_DTYPES:
         raise SystemExit(f"--save-dtype must be one of {', '.join(STORAGE_DTYPES)}, got {config.save_dtype!r}")
-    config.precision = resolve_precision(config.precision, "cpu")  # before the run record, which keeps what ran
+    config.precision = resolve_precision(config.precision, process_device())  # before the run record, which keeps
+    #                                                                           what ran
     config.teacher_precision = resolve_precision(config.teacher_precision, "cpu")
     return config
 
@@ -136,17 +137,20 @@ def main(argv=None):
     hard, _ = (spliced_tails(tokenizer, training, config.base_window, config.splice_k, config.hard_negative_groups,
                              config.seed + 1) if config.hard_negative_groups else ([], 0))
     _, teacher = encoders.load(config.teacher)
+    accelerator = accelerator_for(config.precision, config.gradient_accumulation_steps)
 
     with runs.RunRecord(config.out, config, "geolip.train") as record:
         started = time.perf_counter()
-        # the spliced texts' embeddings are only cached here, for tools/geolip/evaluate.py
-        targets = torch.from_numpy(teacher_embeddings(config, teacher, training + validation + splice))
-        hard_targets = (torch.from_numpy(teacher_embeddings(config, teacher, hard,  # a part per count of groups
-                                                            part=f"hard-negatives-{config.hard_negative_groups}"))
-                        if hard else None)
+        with accelerator.main_process_first():  # the main process fills the cache, the others read it
+            # the spliced texts' embeddings are only cached here, for tools/geolip/evaluate.py
+            targets = teacher_embeddings(config, teacher, training + validation + splice)
+            hard_targets = (teacher_embeddings(config, teacher, hard,  # a part per count of groups
+                                               part=f"hard-negatives-{config.hard_negative_groups}") if hard else None)
         teacher_minutes = (time.perf_counter() - started) / 60  # ~0 when the cache held them
+        model = build_model(config, targets.shape[1]).to(accelerator.device)
+        targets = torch.from_numpy(targets).to(accelerator.device)
+        hard_targets = None if hard_targets is None else torch.from_numpy(hard_targets).to(accelerator.device)
         train_targets, validation_targets, _ = targets.split([len(training), len(validation), len(splice)])
-        model = build_model(config, targets.shape[1])
         train_ids, hard_ids = model.content_ids(training), model.content_ids(hard)
         hard_groups, k = len(hard) // config.splice_k, config.splice_k
         trainable = model.trainable_parameters()
@@ -178,16 +182,17 @@ def main(argv=None):
         per_batch = config.groups_per_batch if hard_groups else 0  # hard-negative groups in each batch
         random_rows = config.batch_size - per_batch * k  # 0: the batch is its groups alone
 
-        def loss_at(step):
+        def loss_at(step, share):
             rows = batch_at(step, len(training), random_rows, config.seed) if random_rows else []
             ids, teacher_rows = [train_ids[i] for i in rows], train_targets[rows]
             for group in range(step * per_batch, (step + 1) * per_batch):  # the step's groups of hard negatives
                 texts = slice(group % hard_groups * k, (group % hard_groups + 1) * k)
                 ids, teacher_rows = ids + hard_ids[texts], torch.cat([teacher_rows, hard_targets[texts]])
+            ids, teacher_rows = share.of(ids), gathered(share.of(teacher_rows))
             with sdpa_kernel(SDPBackend.MATH):  # on a CPU, bf16 flash attention's backward is ~10x slower here
                 output = model.embed(ids)
             with torch.autocast(output.pooler_output.device.type, enabled=False):  # the losses in float32
-                student = output.last_hidden_state[:, 0].float()
+                student = gathered(output.last_hidden_state[:, 0].float())  # the whole batch's, but for the CV term
                 counts = [len(segment_spans(len(row), config.segment_size, config.segment_stride,
                                             config.max_segments)) for row in ids]
                 anchor_sets = [chunk for chunk in output.segment_anchors.float().split(counts) if len(chunk) >= 5]
@@ -207,9 +212,10 @@ def main(argv=None):
             rows = row_embeddings(model, validation, config.batch_size)["memory"]
             return {"m_acc": m_acc(model.projector(rows), validation_targets)}
 
-        writer = SummaryWriter(str(config.out / "tensorboard"))
-        history = run_stage("memory", model, config.steps, config.learning_rate, loss_at, config, writer, validate)
-        writer.close()
+        history = run_stage("memory", model, config.steps, config.learning_rate, loss_at, config, accelerator,
+                            validate)
+        if not accelerator.is_main_process:
+            return 0  # the main process saves and records
 
         folder = config.out / "final"
         if folder.exists():

@@ -33,6 +33,8 @@ class Config:
     weight_decay: float = 0.01  # AdamW weight decay
     precision: str = "auto"  # forward pass: bf16 autocast (losses and optimiser float32) | fp32 | auto: bf16 where
     #                          the hardware computes it (tools/training.resolve_precision), else fp32
+    gradient_accumulation_steps: int = 1  # micro-steps a step (each batch cut among processes x micro-steps; the
+    #                                       InfoNCE negatives are each micro-step's, gathered over the processes)
     save_dtype: str = "float32"  # how final/model.safetensors stores the weights: float32 | float16 (half the file;
     #                              the model loads and computes in float32 either way; training.save_stored)
     validate_every: int = 200  # stage-2 steps between validation passes

@@ -34,7 +34,6 @@ from pathlib import Path
 
 import torch
 from safetensors.torch import load_file
-from torch.utils.tensorboard import SummaryWriter
 from transformers import (
     AutoTokenizer,
     DataCollatorForLanguageModeling,
@@ -49,7 +48,8 @@ from tools.glyph.data import PRESETS, Config, model_config, read_triples
 from tools.glyph.grammar import INVERSE_PAIRS, MIRROR
 from tools.glyph.metrics import score_embeddings
 from tools.plots import Panel, curve, plot_history
-from tools.training import STORAGE_DTYPES, batch_at, resolve_precision, run_stage, save_stored
+from tools.training import (STORAGE_DTYPES, accelerator_for, batch_at, gathered, process_device, resolve_precision,
+                            run_stage, save_stored)
 
 MIRROR_FLIPS = {f"{a}/{b}" for a, b in INVERSE_PAIRS if MIRROR.get(a) == b}  # mutation families: a⇒b -> a⇐b
 
@@ -67,7 +67,7 @@ def parse_config(argv):
         raise SystemExit(f"--save-dtype must be one of {', '.join(STORAGE_DTYPES)}, got {config.save_dtype!r}")
     if config.hidden_size % config.num_heads:
         raise SystemExit(f"--hidden-size {config.hidden_size} is not a multiple of --num-heads {config.num_heads}")
-    config.precision = resolve_precision(config.precision, "cuda" if torch.cuda.is_available() else "cpu")
+    config.precision = resolve_precision(config.precision, process_device())
     return config
 
 
@@ -111,7 +111,8 @@ def main(argv=None):
     if runs.run_state(config.out, config) == "complete":
         print(f"{config.out} is complete (metrics.json); nothing to do")
         return 0
-    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    accelerator = accelerator_for(config.precision, config.gradient_accumulation_steps)
+    device = accelerator.device
     torch.manual_seed(config.seed)
     random.seed(config.seed)
     tokenizer = AutoTokenizer.from_pretrained(str(config.corpus / "tokenizer"))
@@ -128,8 +129,6 @@ def main(argv=None):
     triple_ids = {key: tokenise([t[key] for t in triples]) for key in ("anchor", "positive", "negative")}
     collator = DataCollatorForLanguageModeling(tokenizer, mlm_probability=config.mask_probability,
                                                return_tensors="pt")
-    writer = SummaryWriter(str(config.out / "tensorboard"))
-
     with runs.RunRecord(config.out, config, "glyph.train") as record:
         # Stage 1: masked-language modelling on the corpus (skipped when mlm/ is complete).
         mlm_folder = config.out / "mlm"
@@ -139,15 +138,17 @@ def main(argv=None):
             mlm = RobertaForMaskedLM(model_config(config, tokenizer)).to(device)
             print(f"stage 1: MLM on {len(corpus)} strings, {config.mlm_steps} steps of {config.mlm_batch_size}")
 
-            def mlm_loss(step):
-                rows = batch_at(step, len(corpus_ids), config.mlm_batch_size, config.seed)
+            def mlm_loss(step, share):
+                rows = share.of(batch_at(step, len(corpus_ids), config.mlm_batch_size, config.seed))
                 batch = collator([{"input_ids": corpus_ids[i]} for i in rows])
                 return {"loss": mlm(**{key: value.to(device) for key, value in batch.items()}).loss}
 
             mlm_history = run_stage("mlm", mlm, config.mlm_steps, config.mlm_learning_rate, mlm_loss, config,
-                                    writer)
-            mlm.save_pretrained(mlm_folder)
-            runs.write_json(mlm_folder / "history.json", mlm_history)
+                                    accelerator)
+            if accelerator.is_main_process:
+                mlm.save_pretrained(mlm_folder)
+                runs.write_json(mlm_folder / "history.json", mlm_history)
+            accelerator.wait_for_everyone()
 
         # Stage 2: contrastive fine-tuning of the encoder on the triples.
         torch.manual_seed(config.seed + 1)  # the same state whether or not stage 1 ran in this process
@@ -162,10 +163,10 @@ def main(argv=None):
         print(f"stage 2: contrastive on {len(triples)} triples, {config.contrastive_steps} steps of "
               f"{config.contrastive_batch_size}; encoder {parameters:,} parameters")
 
-        def contrastive_loss(step):
-            rows = batch_at(step, len(triples), config.contrastive_batch_size, config.seed)
-            anchors, positives, negatives = (embed(encoder, [triple_ids[key][i] for i in rows], tokenizer)
-                                             for key in ("anchor", "positive", "negative"))
+        def contrastive_loss(step, share):
+            rows = share.of(batch_at(step, len(triples), config.contrastive_batch_size, config.seed))
+            anchors, positives, negatives = (gathered(embed(encoder, [triple_ids[key][i] for i in rows], tokenizer))
+                                             for key in ("anchor", "positive", "negative"))  # the whole batch
             return {"loss": info_nce_with_hard_negatives(anchors, positives, negatives, config.temperature)}
 
         def encode(texts):
@@ -182,8 +183,10 @@ def main(argv=None):
                     "mirror_flip_win_rate": mirror_win_rate}
 
         contrastive_history = run_stage("contrastive", encoder, config.contrastive_steps,
-                                        config.contrastive_learning_rate, contrastive_loss, config, writer, validate)
-        writer.close()
+                                        config.contrastive_learning_rate, contrastive_loss, config, accelerator,
+                                        validate)
+        if not accelerator.is_main_process:
+            return 0  # the main process saves and records
 
         final = config.out / "final"
         save_sentence_transformer(encoder, tokenizer, config, final)

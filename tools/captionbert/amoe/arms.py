@@ -79,7 +79,8 @@ def parse_config(config_class, argv, description):
 def run_once(config, tool, job, resume=False):
     """Run `job(config) -> metrics` in config.out under its run record (run.json names `tool`), then write
     metrics.json. A finished run (metrics.json) is skipped and a folder holding another config's run refused
-    (runs.run_state); a killed run resumes where `resume` (a solo run, from its checkpoint), else starts over."""
+    (runs.run_state); a killed run resumes where `resume` (a solo run, from its checkpoint), else starts over. Of
+    several processes (torchrun), the main one records; the job returns None on the others."""
     state = runs.run_state(config.out, config)
     if state == "complete":
         print(f"{config.out} is complete (metrics.json); nothing to do")
@@ -88,6 +89,8 @@ def run_once(config, tool, job, resume=False):
         shutil.rmtree(config.out)
     with runs.RunRecord(config.out, config, tool):
         metrics = job(config)
+        if not runs.main_process():
+            return 0  # the main process records
         runs.write_json(config.out / "metrics.json", metrics)
     print(json.dumps({k: v for k, v in metrics.items() if k not in ("history", "steps")}, indent=2, default=str))
     return 0
@@ -198,12 +201,13 @@ def embed(model, texts, max_length):
 
 def batch_loss(model, data, rows, config, relational_weight=0.0, triples_loss="infonce"):
     """The arm objective on rows of a PairSet (see the module docstring), a scalar; relational_weight and
-    triples_loss: a solo run's, for the teacher arm and the arms with a hard negative."""
+    triples_loss: a solo run's, for the teacher arm and the arms with a hard negative. `rows`: this process's share of
+    the batch; the loss is over every process's rows (training.gathered)."""
     first = [data.first[i] for i in rows]
     if data.kind == "embedded":  # regression, not InfoNCE: a trunk distilled from the teachers already tells 16
         # texts' teacher embeddings apart (InfoNCE measured ~0.001 from the first steps on the demo trunk, no signal)
-        targets = torch.from_numpy(data.target[rows]).to(model.device)
-        embeddings = embed(model, first, config.max_length)
+        targets = training.gathered(torch.from_numpy(data.target[rows]).to(model.device))
+        embeddings = training.gathered(embed(model, first, config.max_length))  # every process's rows
         loss = (1 - F.cosine_similarity(embeddings, targets, dim=-1)).mean()
         if relational_weight:
             loss = loss + relational_weight * F.mse_loss(embeddings @ embeddings.T, targets @ targets.T)
@@ -211,16 +215,17 @@ def batch_loss(model, data, rows, config, relational_weight=0.0, triples_loss="i
     second = [data.second[i] for i in rows]
     negative = [data.negative[i] for i in rows] if data.kind == "triples" else []
     embeddings = embed(model, first + second + negative, config.max_length)
-    a, b, n = embeddings[:len(rows)], embeddings[len(rows):2 * len(rows)], embeddings[2 * len(rows):]
+    a, b, n = (training.gathered(part) for part in  # every process's rows: the whole batch's loss
+               (embeddings[:len(rows)], embeddings[len(rows):2 * len(rows)], embeddings[2 * len(rows):]))
     if data.kind == "pairs":
         return symmetric_info_nce(a, b, config.temperature)
     if data.kind == "triples":
         if triples_loss == "cosent":  # each anchor's positive (score 1) ranked above every hard negative (score 0)
             cosines = torch.cat([F.cosine_similarity(a, b, dim=-1), F.cosine_similarity(a, n, dim=-1)])
-            return cosent(cosines, (torch.arange(len(cosines), device=a.device) < len(rows)).float(),
+            return cosent(cosines, (torch.arange(len(cosines), device=a.device) < len(a)).float(),
                           config.cosent_scale)
         return info_nce_with_hard_negatives(a, b, n, config.temperature)
-    scores = torch.tensor([data.score[i] for i in rows], device=a.device)
+    scores = training.gathered(torch.tensor([data.score[i] for i in rows], device=a.device))
     loss = cosent(F.cosine_similarity(a, b, dim=-1), scores, config.cosent_scale)
     if data.kind == "labelled":
         positive = scores > 0.5

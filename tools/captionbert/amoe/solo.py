@@ -21,7 +21,6 @@ import sys
 from dataclasses import dataclass, field
 
 import torch
-from torch.utils.tensorboard import SummaryWriter
 
 from shared_modeling.amoe import GATE_INIT, save_arm, save_dispatch
 from tools import training
@@ -64,7 +63,9 @@ def train_solo(config):
     data = pairs.load(config.data, config.data_dir, config.teacher)
     name = config.name or data.name
     validation = pairs.validation_sets(config.data_dir, config.validation_rows)
+    accelerator = training.accelerator_for(config.precision, cpu=config.device == "cpu")
     model, trunk_id = load_trunk(config)
+    model.to(accelerator.device)
     arm = arms.fresh_arm(model, config.seed, config.gate_init)
     if not 0 <= config.sites <= len(arm.blocks):
         raise SystemExit(f"--sites must be in [0, {len(arm.blocks)}] (the trunk's blocks), got {config.sites}")
@@ -74,28 +75,28 @@ def train_solo(config):
     dispatch = arms.fresh_dispatch(model, [name], config.seed)
     trained = torch.nn.ModuleDict({"arm": arm, "dispatch": dispatch})  # what the loop optimises and checkpoints
     batch_size = min(config.batch_size, len(data))
-    writer = SummaryWriter(str(config.out / "tensorboard"))
     print(f"solo arm {name!r}: {len(data)} rows of {data.source}; {config.steps} steps x {batch_size}")
     with arms.attached(model, {name: arm}, dispatch):
         monitor = arms.RoutingMonitor(dispatch)
 
-        def loss_at(step):
-            loss = arms.batch_loss(model, data, training.batch_at(step, len(data), batch_size, config.seed), config,
-                                   config.relational_weight, config.triples_loss)
+        def loss_at(step, share):
+            rows = share.of(training.batch_at(step, len(data), batch_size, config.seed))
+            loss = arms.batch_loss(model, data, rows, config, config.relational_weight, config.triples_loss)
             monitor.end_step()
             budget = monitor.summary()["amplitude_budget"]
             monitor.reset()
             return {"loss": loss, "amplitude_budget": torch.tensor(budget),
                     "gate": torch.stack([site.gate.detach() for site in arm.blocks]).sigmoid().mean()}
 
-        history = training.run_stage("solo", trained, config.steps, config.learning_rate, loss_at, config, writer,
-                                     warmup_steps=0, decay="constant")
+        history = training.run_stage("solo", trained, config.steps, config.learning_rate, loss_at, config,
+                                     accelerator, warmup_steps=0, decay="constant")
         monitor.close()
+        if not accelerator.is_main_process:
+            return None  # the main process scores, saves and records
         print("scoring the arm on the validation suite" + (" and STS-8" if config.sts8 else ""))
         scores = {"validation": validation_score(model, validation, {data.labelled_source})}
         if config.sts8:
             scores["sts8"] = sts8_score(model, config)
-    writer.close()
     meta = {"data": data.summary(), "seed": config.seed, "training": arms.training_spec(dataclasses.asdict(config))}
     save_arm(config.out / "amoe" / "arms" / f"{name}.safetensors", arm, name, trunk_id, meta)
     save_dispatch(config.out / "amoe" / "solo" / "dispatch.safetensors", dispatch, trunk_id)
