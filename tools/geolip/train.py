@@ -120,6 +120,76 @@ def cv_target(config, model, teacher, content_ids):
     return float(np.mean(values)), len(values)
 
 
+# ---- the run's parts -------------------------------------------------------------------------------------------------
+
+def start_from(config, model, texts, targets):
+    """Where training starts (`texts`, `targets`: the initialisation sample): with --start blend the model's output is
+    the blend of window and segment mean (its weight fitted here), and the projector is the orthogonal Procrustes map
+    of that output onto the teacher (evaluate fits each baseline's map on the same sample). Returns the record."""
+    init = {"texts": len(texts)}
+    if config.start == "blend":  # start where the best fixed blend of window and segment mean ends
+        init["blend_weight"], init["blend_cosine"] = fit_blend_weight(
+            row_embeddings(model, texts, config.batch_size), targets)
+        model.config.blend_weight = init["blend_weight"]
+        print(f"the start: the blend of {init['blend_weight']:.2f} x window + {1 - init['blend_weight']:.2f} x "
+              f"segment mean (mean cosine to the teacher after its map: {init['blend_cosine']:.3f})")
+    student = row_embeddings(model, texts, config.batch_size)["memory"]
+    init["cosine_before"] = mean_cosine(model.projector(student).detach(), targets)
+    with torch.no_grad():
+        model.projector.weight.copy_(procrustes_maps({"memory": student}, targets)["memory"].T)
+    init["cosine_after"] = mean_cosine(model.projector(student).detach(), targets)
+    return init
+
+
+def memory_loss(config, model, batches, target_cv):
+    """loss_at(step, share) of tools/training.py: `batches(step) -> (content ids, teacher rows)` of the whole step;
+    InfoNCE, Procrustes and cosine over every process's rows (training.gathered), the CV term over this process's
+    texts with >= 5 segments."""
+    def loss_at(step, share):
+        ids, teacher_rows = batches(step)
+        ids, teacher_rows = share.of(ids), gathered(share.of(teacher_rows))
+        with sdpa_kernel(SDPBackend.MATH):  # on a CPU, bf16 flash attention's backward is ~10x slower here
+            output = model.embed(ids)
+        with torch.autocast(output.pooler_output.device.type, enabled=False):  # the losses in float32
+            student = gathered(output.last_hidden_state[:, 0].float())  # the whole batch's, but for the CV term
+            counts = [len(segment_spans(len(row), config.segment_size, config.segment_stride, config.max_segments))
+                      for row in ids]
+            anchor_sets = [chunk for chunk in output.segment_anchors.float().split(counts) if len(chunk) >= 5]
+            generator = torch.Generator().manual_seed(config.seed * 1_000_000 + step)  # resumes exactly
+            projected = model.projector(student)
+            terms = {"info_nce": info_nce_with_hard_negatives(projected, teacher_rows, None, config.temperature),
+                     "procrustes": procrustes_residual(student, teacher_rows),
+                     "cv": (pentachoron_cv_loss(anchor_sets, target_cv, config.cv_samples, generator)
+                            if anchor_sets else student.new_zeros(()))}
+            if config.cosine_weight:
+                terms["cosine"] = 1 - F.cosine_similarity(projected, teacher_rows).mean()
+            terms["loss"] = (terms["info_nce"] + config.procrustes_weight * terms["procrustes"]
+                             + config.cv_weight * terms["cv"] + config.cosine_weight * terms.get("cosine", 0))
+        return terms
+    return loss_at
+
+
+def save_final(config, model, history, validate):
+    """out/final: the trained model stored as config.save_dtype (the frozen base in a file of its own) with its
+    tokenizer; returns (the folder, the validation m_acc of the weights as stored)."""
+    folder = config.out / "final"
+    if folder.exists():
+        shutil.rmtree(folder)
+    save_stored(model, folder, config.save_dtype)  # the model is now the stored weights
+    store_base_apart(folder)  # the frozen base in a file of its own
+    stored_m_acc = history["validation"][-1]["m_acc"]  # float32 stores the weights as trained
+    if config.save_dtype != "float32":
+        with torch.no_grad():
+            stored_m_acc = validate()["m_acc"]
+    model.tokenizer.save_pretrained(folder)
+    runs.forget_load_location(folder)
+    plot_history([Panel("loss", {"loss": curve(history["train"], "loss")},
+                        validation={"m_acc": curve(history["validation"], "m_acc")},
+                        validation_label="validation m_acc", validation_limits=(0, 1))],
+                 config.out / "training_curve.png")
+    return folder, stored_m_acc
+
+
 # ---- the run -------------------------------------------------------------------------------------------------------
 
 def main(argv=None):
@@ -159,79 +229,31 @@ def main(argv=None):
               f"{len(splice) // config.splice_k} spliced-tails groups of {config.splice_k} ({skipped} skipped); "
               f"{hard_groups} hard-negative groups of training texts")
         target_cv, cv_texts = cv_target(config, model, teacher, train_ids)
-
-        # The projector starts as the orthogonal Procrustes map onto the teacher (evaluate fits each baseline's
-        # map on the same sample).
         sample = list(range(min(config.init_texts, len(training))))
-        init = {"texts": len(sample)}
-        if config.start == "blend":  # start where the best fixed blend of window and segment mean ends
-            init["blend_weight"], init["blend_cosine"] = fit_blend_weight(
-                row_embeddings(model, [training[i] for i in sample], config.batch_size), train_targets[sample])
-            model.config.blend_weight = init["blend_weight"]
-            print(f"the start: the blend of {init['blend_weight']:.2f} x window + {1 - init['blend_weight']:.2f} x "
-                  f"segment mean (mean cosine to the teacher after its map: {init['blend_cosine']:.3f})")
-        student = row_embeddings(model, [training[i] for i in sample], config.batch_size)["memory"]
-        before = mean_cosine(model.projector(student).detach(), train_targets[sample])
-        with torch.no_grad():
-            model.projector.weight.copy_(procrustes_maps({"memory": student}, train_targets[sample])["memory"].T)
-        init.update(cosine_before=before,
-                    cosine_after=mean_cosine(model.projector(student).detach(), train_targets[sample]))
+        init = start_from(config, model, [training[i] for i in sample], train_targets[sample])
         print(f"projector init by Procrustes on {len(sample)} texts: cosine {init['cosine_before']:.3f} -> "
               f"{init['cosine_after']:.3f}; teacher CV target {target_cv:.4f} ({cv_texts} texts)")
 
         per_batch = config.groups_per_batch if hard_groups else 0  # hard-negative groups in each batch
         random_rows = config.batch_size - per_batch * k  # 0: the batch is its groups alone
 
-        def loss_at(step, share):
+        def batch(step):
             rows = batch_at(step, len(training), random_rows, config.seed) if random_rows else []
             ids, teacher_rows = [train_ids[i] for i in rows], train_targets[rows]
             for group in range(step * per_batch, (step + 1) * per_batch):  # the step's groups of hard negatives
                 texts = slice(group % hard_groups * k, (group % hard_groups + 1) * k)
                 ids, teacher_rows = ids + hard_ids[texts], torch.cat([teacher_rows, hard_targets[texts]])
-            ids, teacher_rows = share.of(ids), gathered(share.of(teacher_rows))
-            with sdpa_kernel(SDPBackend.MATH):  # on a CPU, bf16 flash attention's backward is ~10x slower here
-                output = model.embed(ids)
-            with torch.autocast(output.pooler_output.device.type, enabled=False):  # the losses in float32
-                student = gathered(output.last_hidden_state[:, 0].float())  # the whole batch's, but for the CV term
-                counts = [len(segment_spans(len(row), config.segment_size, config.segment_stride,
-                                            config.max_segments)) for row in ids]
-                anchor_sets = [chunk for chunk in output.segment_anchors.float().split(counts) if len(chunk) >= 5]
-                generator = torch.Generator().manual_seed(config.seed * 1_000_000 + step)  # resumes exactly
-                projected = model.projector(student)
-                terms = {"info_nce": info_nce_with_hard_negatives(projected, teacher_rows, None, config.temperature),
-                         "procrustes": procrustes_residual(student, teacher_rows),
-                         "cv": (pentachoron_cv_loss(anchor_sets, target_cv, config.cv_samples, generator)
-                                if anchor_sets else student.new_zeros(()))}
-                if config.cosine_weight:
-                    terms["cosine"] = 1 - F.cosine_similarity(projected, teacher_rows).mean()
-                terms["loss"] = (terms["info_nce"] + config.procrustes_weight * terms["procrustes"]
-                                 + config.cv_weight * terms["cv"] + config.cosine_weight * terms.get("cosine", 0))
-            return terms
+            return ids, teacher_rows
 
         def validate():
             rows = row_embeddings(model, validation, config.batch_size)["memory"]
             return {"m_acc": m_acc(model.projector(rows), validation_targets)}
 
-        history = run_stage("memory", model, config.steps, config.learning_rate, loss_at, config, accelerator,
-                            validate)
+        history = run_stage("memory", model, config.steps, config.learning_rate,
+                            memory_loss(config, model, batch, target_cv), config, accelerator, validate)
         if not accelerator.is_main_process:
             return 0  # the main process saves and records
-
-        folder = config.out / "final"
-        if folder.exists():
-            shutil.rmtree(folder)
-        save_stored(model, folder, config.save_dtype)  # the model is now the stored weights
-        store_base_apart(folder)  # the frozen base in a file of its own
-        stored_m_acc = history["validation"][-1]["m_acc"]  # float32 stores the weights as trained
-        if config.save_dtype != "float32":
-            with torch.no_grad():
-                stored_m_acc = validate()["m_acc"]
-        model.tokenizer.save_pretrained(folder)
-        runs.forget_load_location(folder)
-        plot_history([Panel("loss", {"loss": curve(history["train"], "loss")},
-                            validation={"m_acc": curve(history["validation"], "m_acc")},
-                            validation_label="validation m_acc", validation_limits=(0, 1))],
-                     config.out / "training_curve.png")
+        folder, stored_m_acc = save_final(config, model, history, validate)
         metrics = {"training_texts": len(training), "validation_texts": len(validation),
                    "hard_negative_groups": hard_groups,
                    "trainable_parameters": sum(p.numel() for p in trainable),
