@@ -100,6 +100,59 @@ def save_sentence_transformer(encoder, tokenizer, config, final):
     shutil.rmtree(plain)
 
 
+# ---- the run's parts -------------------------------------------------------------------------------------------------
+
+def mlm_stage(config, accelerator, tokenizer, corpus_ids):
+    """Stage 1: masked-language modelling on the corpus, saved to out/mlm/ (its history.json last); a finished stage
+    is read back. Returns its history."""
+    folder = config.out / "mlm"
+    if (folder / "history.json").exists():
+        return runs.read_json(folder / "history.json")
+    mlm = RobertaForMaskedLM(model_config(config, tokenizer)).to(accelerator.device)
+    collator = DataCollatorForLanguageModeling(tokenizer, mlm_probability=config.mask_probability,
+                                               return_tensors="pt")
+    print(f"stage 1: MLM on {len(corpus_ids)} strings, {config.mlm_steps} steps of {config.mlm_batch_size}")
+
+    def mlm_loss(step, share):
+        rows = share.of(batch_at(step, len(corpus_ids), config.mlm_batch_size, config.seed))
+        batch = collator([{"input_ids": corpus_ids[i]} for i in rows])
+        return {"loss": mlm(**{key: value.to(accelerator.device) for key, value in batch.items()}).loss}
+
+    history = run_stage("mlm", mlm, config.mlm_steps, config.mlm_learning_rate, mlm_loss, config, accelerator)
+    if accelerator.is_main_process:
+        mlm.save_pretrained(folder)
+        runs.write_json(folder / "history.json", history)
+    accelerator.wait_for_everyone()
+    return history
+
+
+def encoder_from_mlm(config, tokenizer, device):
+    """Stage 2's encoder: a RobertaModel (its pooler unused) with stage 1's weights."""
+    torch.manual_seed(config.seed + 1)  # the same state whether or not stage 1 ran in this process
+    encoder = RobertaModel(model_config(config, tokenizer))
+    mlm_weights = load_file(config.out / "mlm" / "model.safetensors")
+    missing, _ = encoder.load_state_dict({key.removeprefix("roberta."): value for key, value in mlm_weights.items()
+                                          if key.startswith("roberta.")}, strict=False)
+    if any(not key.startswith("pooler.") for key in missing):
+        raise SystemExit(f"{config.out / 'mlm'} lacks encoder weights: {missing}")
+    return encoder.to(device)
+
+
+def validation_scores(encode, validation):
+    """The validation triples' win rate and MRR@10, and the win rate of the mirrored-operator families alone."""
+    scores = score_embeddings(encode, validation, len(validation))
+    mirror = [family for name, family in scores["families"].items() if name in MIRROR_FLIPS]
+    mirror_win_rate = (sum(family["win_rate"] * family["triples"] for family in mirror)
+                       / max(1, sum(family["triples"] for family in mirror)))
+    return {"win_rate": scores["win_rate"], "mrr_at_10": scores["mrr_at_10"], "mirror_flip_win_rate": mirror_win_rate}
+
+
+def stage_record(steps, batch_size, examples, history):
+    """metrics.json's entry of one stage."""
+    return {"steps": steps, "epochs": round(steps * batch_size / examples, 3),
+            "final_loss": history["train"][-1]["loss"], "training_minutes": round(history["training_seconds"] / 60, 1)}
+
+
 # ---- the run -------------------------------------------------------------------------------------------------------
 
 def main(argv=None):
@@ -112,7 +165,6 @@ def main(argv=None):
         print(f"{config.out} is complete (metrics.json); nothing to do")
         return 0
     accelerator = accelerator_for(config.precision, config.gradient_accumulation_steps)
-    device = accelerator.device
     torch.manual_seed(config.seed)
     random.seed(config.seed)
     tokenizer = AutoTokenizer.from_pretrained(str(config.corpus / "tokenizer"))
@@ -125,40 +177,11 @@ def main(argv=None):
     def tokenise(texts):
         return tokenizer(texts, truncation=True, max_length=config.max_length)["input_ids"]
 
-    corpus_ids = tokenise(corpus)
     triple_ids = {key: tokenise([t[key] for t in triples]) for key in ("anchor", "positive", "negative")}
-    collator = DataCollatorForLanguageModeling(tokenizer, mlm_probability=config.mask_probability,
-                                               return_tensors="pt")
     with runs.RunRecord(config.out, config, "glyph.train") as record:
-        # Stage 1: masked-language modelling on the corpus (skipped when mlm/ is complete).
-        mlm_folder = config.out / "mlm"
-        if (mlm_folder / "history.json").exists():
-            mlm_history = runs.read_json(mlm_folder / "history.json")
-        else:
-            mlm = RobertaForMaskedLM(model_config(config, tokenizer)).to(device)
-            print(f"stage 1: MLM on {len(corpus)} strings, {config.mlm_steps} steps of {config.mlm_batch_size}")
-
-            def mlm_loss(step, share):
-                rows = share.of(batch_at(step, len(corpus_ids), config.mlm_batch_size, config.seed))
-                batch = collator([{"input_ids": corpus_ids[i]} for i in rows])
-                return {"loss": mlm(**{key: value.to(device) for key, value in batch.items()}).loss}
-
-            mlm_history = run_stage("mlm", mlm, config.mlm_steps, config.mlm_learning_rate, mlm_loss, config,
-                                    accelerator)
-            if accelerator.is_main_process:
-                mlm.save_pretrained(mlm_folder)
-                runs.write_json(mlm_folder / "history.json", mlm_history)
-            accelerator.wait_for_everyone()
-
+        mlm_history = mlm_stage(config, accelerator, tokenizer, tokenise(corpus))
         # Stage 2: contrastive fine-tuning of the encoder on the triples.
-        torch.manual_seed(config.seed + 1)  # the same state whether or not stage 1 ran in this process
-        encoder = RobertaModel(model_config(config, tokenizer))  # with RobertaModel's pooler, unused here
-        mlm_weights = load_file(mlm_folder / "model.safetensors")
-        missing, _ = encoder.load_state_dict({key.removeprefix("roberta."): value for key, value in mlm_weights.items()
-                                              if key.startswith("roberta.")}, strict=False)
-        if any(not key.startswith("pooler.") for key in missing):
-            raise SystemExit(f"{mlm_folder} lacks encoder weights: {missing}")
-        encoder.to(device)
+        encoder = encoder_from_mlm(config, tokenizer, accelerator.device)
         parameters = sum(p.numel() for p in encoder.parameters())
         print(f"stage 2: contrastive on {len(triples)} triples, {config.contrastive_steps} steps of "
               f"{config.contrastive_batch_size}; encoder {parameters:,} parameters")
@@ -170,57 +193,40 @@ def main(argv=None):
             return {"loss": info_nce_with_hard_negatives(anchors, positives, negatives, config.temperature)}
 
         def encode(texts):
-            rows = [embed(encoder, tokenise(texts[i:i + 256]), tokenizer) for i in
-                    range(0, len(texts), 256)]
-            return torch.cat(rows).cpu().numpy()
+            return torch.cat([embed(encoder, tokenise(texts[i:i + 256]), tokenizer)
+                              for i in range(0, len(texts), 256)]).cpu().numpy()
 
-        def validate():
-            scores = score_embeddings(encode, validation, len(validation))
-            mirror = [family for name, family in scores["families"].items() if name in MIRROR_FLIPS]
-            mirror_win_rate = (sum(family["win_rate"] * family["triples"] for family in mirror)
-                               / max(1, sum(family["triples"] for family in mirror)))
-            return {"win_rate": scores["win_rate"], "mrr_at_10": scores["mrr_at_10"],
-                    "mirror_flip_win_rate": mirror_win_rate}
-
-        contrastive_history = run_stage("contrastive", encoder, config.contrastive_steps,
-                                        config.contrastive_learning_rate, contrastive_loss, config, accelerator,
-                                        validate)
+        history = run_stage("contrastive", encoder, config.contrastive_steps, config.contrastive_learning_rate,
+                            contrastive_loss, config, accelerator, lambda: validation_scores(encode, validation))
         if not accelerator.is_main_process:
             return 0  # the main process saves and records
 
         final = config.out / "final"
         save_sentence_transformer(encoder, tokenizer, config, final)
-        stored_scores = contrastive_history["validation"][-1]  # float32 stores the weights as trained
+        stored_scores = history["validation"][-1]  # float32 stores the weights as trained
         if config.save_dtype != "float32":
             with torch.no_grad():
-                stored_scores = validate()
+                stored_scores = validation_scores(encode, validation)
         plot_history([
             Panel("loss", {"MLM": curve(mlm_history["train"], "loss")}, "stage 1: masked-language modelling"),
-            Panel("loss", {"InfoNCE": curve(contrastive_history["train"], "loss")}, "stage 2: contrastive",
-                  {"win rate": curve(contrastive_history["validation"], "win_rate"),
-                   "MRR@10": curve(contrastive_history["validation"], "mrr_at_10")}, validation_limits=(0, 1))],
+            Panel("loss", {"InfoNCE": curve(history["train"], "loss")}, "stage 2: contrastive",
+                  {"win rate": curve(history["validation"], "win_rate"),
+                   "MRR@10": curve(history["validation"], "mrr_at_10")}, validation_limits=(0, 1))],
             config.out / "training_curve.png")
         metrics = {
             "parameters": parameters, "corpus_strings": len(corpus), "train_triples": len(triples),
             "validation_triples": len(validation),
-            "mlm": {"steps": config.mlm_steps,
-                    "epochs": round(config.mlm_steps * config.mlm_batch_size / len(corpus), 3),
-                    "final_loss": mlm_history["train"][-1]["loss"],
-                    "training_minutes": round(mlm_history["training_seconds"] / 60, 1)},
-            "contrastive": {"steps": config.contrastive_steps,
-                            "epochs": round(config.contrastive_steps * config.contrastive_batch_size / len(triples), 3),
-                            "final_loss": contrastive_history["train"][-1]["loss"],
-                            "training_minutes": round(contrastive_history["training_seconds"] / 60, 1),
-                            "validation": contrastive_history["validation"][-1]},
+            "mlm": stage_record(config.mlm_steps, config.mlm_batch_size, len(corpus), mlm_history),
+            "contrastive": {**stage_record(config.contrastive_steps, config.contrastive_batch_size, len(triples),
+                                           history), "validation": history["validation"][-1]},
             "save_dtype": config.save_dtype, "stored_validation": stored_scores,
-            "history": {"mlm": mlm_history, "contrastive": contrastive_history},
-        }
+            "history": {"mlm": mlm_history, "contrastive": history}}
         runs.write_json(config.out / "metrics.json", metrics)
-        record.info["device"] = str(device)
+        record.info["device"] = str(accelerator.device)
     final_scores = metrics["contrastive"]["validation"]
     print(f"validation win rate {final_scores['win_rate']:.4f}, MRR@10 {final_scores['mrr_at_10']:.4f} "
-          f"({metrics['stored_validation']['win_rate']:.4f}, {metrics['stored_validation']['mrr_at_10']:.4f} as "
-          f"stored in {config.save_dtype}); wrote {final}")
+          f"({stored_scores['win_rate']:.4f}, {stored_scores['mrr_at_10']:.4f} as stored in {config.save_dtype}); "
+          f"wrote {final}")
     return 0
 
 
