@@ -70,6 +70,60 @@ def parse_config(argv):
     return config
 
 
+# ---- the run's parts -------------------------------------------------------------------------------------------------
+
+def build_student(config, width):
+    """A fresh captionbert of --model's config, checked to emit `width`-d embeddings (the consensus's)."""
+    model_config = AutoConfig.from_pretrained(str(config.model), trust_remote_code=True)
+    if model_config.output_dim != width:
+        raise SystemExit(f"the student emits {model_config.output_dim}-d embeddings but the consensus is "
+                         f"{width}-d: give --model a captionbert folder with output_dim {width}")
+    return AutoModel.from_config(model_config, trust_remote_code=True)
+
+
+def initialise(config, model, tokenizer, texts, batches):
+    """The student's weights from config.init_teacher (--init select or static) and, with --init-head fit, its head
+    fitted on `texts` (`batches`: their (token ids, attention mask, consensus rows)). Returns the record."""
+    started = time.perf_counter()
+    if config.init == "select":
+        init = teacher_init.initialise(model, tokenizer, config.init_teacher, config.init_selection, texts)
+    else:
+        init = teacher_init.initialise_static(model, tokenizer, config.init_teacher)
+    init["head"] = {"kind": config.init_head}
+    if config.init_head == "fit":
+        init["head"]["fit_cosine"] = round(teacher_init.fit_head(model, batches), 4)
+        init["head"]["texts"] = len(texts)
+    init["seconds"] = round(time.perf_counter() - started, 1)
+    how = f"weight selection ({config.init_selection})" if config.init == "select" else "static token embeddings"
+    print(f"{how} from {config.init_teacher}: {init['tokens_mapped']:,} of {init['vocab_size']:,} tokens mapped, "
+          f"{init.get('positions_from_teacher', 0)} positions, head {init['head']}, {init['seconds']} s")
+    return init
+
+
+def save_final(config, model, history, longest, validate):
+    """out/final: the student (its trained_length the positions training reached: the `longest` training text, or the
+    teacher's when they came from it) stored as config.save_dtype, with the code and tokenizer files of --model, and
+    the loss curve. Returns (the folder, the validation cosine of the weights as stored)."""
+    trained_length = max(longest, history["init"].get("positions_from_teacher", 0))
+    model.config.trained_length = min(trained_length, model.config.max_position_embeddings)
+    final = config.out / "final"
+    training.save_stored(model, final, config.save_dtype)  # the model is now the stored weights
+    stored_cosine = history["validation"][-1]["cosine"]  # float32 stores the weights as trained
+    if config.save_dtype != "float32":
+        with torch.no_grad():
+            stored_cosine = validate()["cosine"]
+    for item in sorted(Path(config.model).iterdir()):  # code and tokenizer files beside the weights
+        if item.suffix in (".py", ".json", ".txt") and item.name != "config.json":
+            shutil.copy(item, final / item.name)
+    plot_history([Panel("training loss", {"InfoNCE": curve(history["train"], "info_nce"),
+                                          "weighted MSE": curve(history["train"], "mse_weighted"),
+                                          "total": curve(history["train"], "loss")}),
+                  Panel("cosine to consensus", {"train batch": curve(history["train"], "cosine"),
+                                                "held-out rows": curve(history["validation"], "cosine")})],
+                 config.out / "loss_curve.png")
+    return final, stored_cosine
+
+
 # ---- the run -------------------------------------------------------------------------------------------------------
 
 def main(argv=None):
@@ -97,35 +151,16 @@ def main(argv=None):
     # Model, optimiser, schedule; then the checkpoint if there is one.
     torch.manual_seed(config.seed)
     random.seed(config.seed)
-    model_config = AutoConfig.from_pretrained(str(config.model), trust_remote_code=True)
-    if model_config.output_dim != targets.shape[1]:
-        raise SystemExit(f"the student emits {model_config.output_dim}-d embeddings but the consensus is "
-                         f"{targets.shape[1]}-d: give --model a captionbert folder with output_dim {targets.shape[1]}")
-    model = AutoModel.from_config(model_config, trust_remote_code=True)
+    model = build_student(config, targets.shape[1])
     if runs.run_state(config.out, config) == "complete":
         print(f"{config.out} is complete (metrics.json); nothing to do")
         return 0
-    checkpoint = config.out / "checkpoint-distill.pt"
     init = {"kind": "scratch"}
-    if config.init != "scratch" and not checkpoint.exists():  # a resumed run has its weights
-        started = time.perf_counter()
-        if config.init == "select":
-            sample = [texts[i] for i in training_rows[:config.init_texts]]
-            init = teacher_init.initialise(model, tokenizer, config.init_teacher, config.init_selection, sample)
-        else:
-            init = teacher_init.initialise_static(model, tokenizer, config.init_teacher)
-        init["head"] = {"kind": config.init_head}
-        if config.init_head == "fit":
-            rows = training_rows[:config.init_texts]
-            batches = ((*collate(token_ids, rows[i:i + 128], tokenizer.pad_token_id), targets[rows[i:i + 128]].float())
-                       for i in range(0, len(rows), 128))
-            init["head"]["fit_cosine"] = round(teacher_init.fit_head(model, batches), 4)
-            init["head"]["texts"] = len(rows)
-        init["seconds"] = round(time.perf_counter() - started, 1)
-        how = (f"weight selection ({config.init_selection})" if config.init == "select" else
-               "static token embeddings")
-        print(f"{how} from {config.init_teacher}: {init['tokens_mapped']:,} of {init['vocab_size']:,} tokens mapped, "
-              f"{init.get('positions_from_teacher', 0)} positions, head {init['head']}, {init['seconds']} s")
+    if config.init != "scratch" and not (config.out / "checkpoint-distill.pt").exists():  # resumed: has its weights
+        rows = training_rows[:config.init_texts]
+        batches = ((*collate(token_ids, rows[i:i + 128], tokenizer.pad_token_id), targets[rows[i:i + 128]].float())
+                   for i in range(0, len(rows), 128))
+        init = initialise(config, model, tokenizer, [texts[i] for i in rows], batches)
     model = model.to(device)
     config.out.mkdir(parents=True, exist_ok=True)
 
@@ -156,24 +191,7 @@ def main(argv=None):
         if not accelerator.is_main_process:
             return 0  # the main process saves and records
 
-        # The positions training reached: the longest training text, or the teacher's when they came from it.
-        trained_length = max(int(lengths.max()), history["init"].get("positions_from_teacher", 0))
-        model.config.trained_length = min(trained_length, model.config.max_position_embeddings)
-        final = config.out / "final"
-        training.save_stored(model, final, config.save_dtype)  # the model is now the stored weights
-        stored_cosine = history["validation"][-1]["cosine"]  # float32 stores the weights as trained
-        if config.save_dtype != "float32":
-            with torch.no_grad():
-                stored_cosine = validate()["cosine"]
-        for item in sorted(Path(config.model).iterdir()):  # code and tokenizer files beside the weights
-            if item.suffix in (".py", ".json", ".txt") and item.name != "config.json":
-                shutil.copy(item, final / item.name)
-        plot_history([Panel("training loss", {"InfoNCE": curve(history["train"], "info_nce"),
-                                              "weighted MSE": curve(history["train"], "mse_weighted"),
-                                              "total": curve(history["train"], "loss")}),
-                      Panel("cosine to consensus", {"train batch": curve(history["train"], "cosine"),
-                                                    "held-out rows": curve(history["validation"], "cosine")})],
-                     config.out / "loss_curve.png")
+        final, stored_cosine = save_final(config, model, history, int(lengths.max()), validate)
         metrics = {"parameters": parameters, "steps": config.steps, "epochs": round(epochs.epochs(config.steps), 3),
                    "init": history["init"], "trained_length": model.config.trained_length,
                    "training_rows": int(len(training_rows)), "validation_rows": int(len(validation_rows)),
