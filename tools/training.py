@@ -220,7 +220,7 @@ class LossStep(torch.nn.Module):
 
 
 def run_stage(stage, model, steps, learning_rate, loss_at, config, accelerator, validate=None, warmup_steps=None,
-              decay="linear", history=None):
+              decay="linear", history=None, resumable=True):
     """Train `model` for `steps` under `accelerator` (training.accelerator_for) with `loss_at(step, share) -> {"loss",
     ...}`: the loss of `share`'s part of step's batch (Share.of; scalar tensors, logged; an int "tokens", the part's
     real tokens, is logged as tokens_per_second over each log window, summed over the processes). Every process runs
@@ -229,14 +229,16 @@ def run_stage(stage, model, steps, learning_rate, loss_at, config, accelerator, 
     on the main process, which alone writes the checkpoints, the history's validation points and TensorBoard
     (out/tensorboard). The learning rate warms up over `warmup_steps` (default warmup_fraction of the steps), then
     decays to 0 by `decay` (SCHEDULES). `history`: entries to keep beside the points (how the model started, say),
-    saved in every checkpoint. Returns the stage's history: those entries, train and validation points, and
-    training_seconds."""
+    saved in every checkpoint. A loss_at may also return "stop": a reason to end the stage after this step (every
+    process must, at the same step). resumable=False: no checkpoint is read or written (a stage that starts over when
+    killed). Returns the stage's history: those entries, train and validation points, training_seconds, steps_run
+    and stopped (the reason, or None)."""
     optimizer = adam([p for p in model.parameters() if p.requires_grad], learning_rate, config.weight_decay)
     warmup_steps = round(config.warmup_fraction * steps) if warmup_steps is None else warmup_steps
     schedule = SCHEDULES[decay](optimizer, warmup_steps, steps)  # not prepared: it steps once a step, not a process
     checkpoint = config.out / f"checkpoint-{stage}.pt"
     step, history = 0, {**(history or {}), "train": [], "validation": [], "training_seconds": 0.0}
-    if checkpoint.exists():
+    if resumable and checkpoint.exists():
         step, history = load_checkpoint(checkpoint, model, optimizer, schedule)
         print(f"resuming {stage} at step {step}")
     loss_step, optimizer = accelerator.prepare(LossStep(model, loss_at), optimizer)
@@ -247,7 +249,8 @@ def run_stage(stage, model, steps, learning_rate, loss_at, config, accelerator, 
     model.zero_grad(set_to_none=True)  # the first step's gradients are its own
     bar = tqdm(total=steps, initial=step, desc=stage, unit="step", disable=not main)
     tokens, busy_seconds = 0, 0.0  # throughput counts training steps only, not validation or saving
-    while step < steps:
+    stopped = None
+    while step < steps and stopped is None:
         started = time.perf_counter()
         for micro_step in range(micro_steps):
             with accelerator.accumulate(loss_step):
@@ -256,12 +259,14 @@ def run_stage(stage, model, steps, learning_rate, loss_at, config, accelerator, 
                 optimizer.step()  # only after the last micro-step: the accumulated gradients, averaged
                 optimizer.zero_grad(set_to_none=True)
             tokens += terms.pop("tokens", 0)
+        stopped = terms.pop("stop", None)
         schedule.step()
         step += 1
+        last = step == steps or stopped is not None
         busy_seconds += time.perf_counter() - started
         history["training_seconds"] += time.perf_counter() - started
         bar.update()
-        if step % config.log_every == 0 or step == steps:
+        if step % config.log_every == 0 or last:
             point = {"step": step, "lr": schedule.get_last_lr()[0], **{k: v.item() for k, v in terms.items()}}
             tokens = int(accelerator.reduce(torch.tensor(tokens, device=accelerator.device), "sum"))
             if tokens:
@@ -272,7 +277,7 @@ def run_stage(stage, model, steps, learning_rate, loss_at, config, accelerator, 
                 if main and key != "step":
                     writer.add_scalar(f"{stage}/{key}", value, step)
             bar.set_postfix(loss=f"{point['loss']:.3f}")
-        if main and validate is not None and (step % config.validate_every == 0 or step == steps):
+        if main and validate is not None and (step % config.validate_every == 0 or last):
             model.eval()
             with torch.no_grad():
                 scores = validate()
@@ -281,7 +286,7 @@ def run_stage(stage, model, steps, learning_rate, loss_at, config, accelerator, 
             for key, value in scores.items():
                 writer.add_scalar(f"{stage}/validation_{key}", value, step)
             bar.write(f"{stage} step {step}: validation " + ", ".join(f"{k} {v:.4f}" for k, v in scores.items()))
-        if main and (step % config.checkpoint_every == 0 or step == steps):
+        if main and resumable and (step % config.checkpoint_every == 0 or last):
             save_checkpoint(checkpoint, model, optimizer, schedule, step, history)
             writer.flush()
     bar.close()
@@ -290,4 +295,4 @@ def run_stage(stage, model, steps, learning_rate, loss_at, config, accelerator, 
     accelerator.wait_for_everyone()
     accelerator.free_memory()  # the next stage prepares its own
     model.eval()
-    return history
+    return {**history, "steps_run": step, "stopped": stopped}

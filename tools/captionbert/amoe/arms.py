@@ -22,7 +22,6 @@ from typing import NamedTuple
 import numpy as np
 import torch
 import torch.nn.functional as F
-from tqdm.auto import tqdm
 from transformers import HfArgumentParser
 
 from shared_modeling.amoe import GATE_INIT, TAU, Arm, Dispatch, load_arm, load_dispatch
@@ -44,6 +43,8 @@ BEFORE = {"gate_init": GATE_INIT, "relational_weight": 0.0, "triples_loss": TRIP
 @dataclass
 class Common:
     """The options of every AMOE run (solo, dispatch, select); each script's config adds its own."""
+    precision = "fp32"  # not options: the shared loop (tools/training.py) trains arms and dispatches in float32 (the
+    weight_decay = 0.0  # trunk's arithmetic, TF32 off), with pure Adam
     out: Path  # run folder
     model: Path = registry.CAPTIONBERT.path  # the frozen trunk: a captionbert folder
     data_dir: Path = field(default_factory=runs.default_data_dir)  # ../shared/data or BUNDLE_DATA_DIR
@@ -280,50 +281,57 @@ class RoutingMonitor:
 
 # ---- dispatch training -----------------------------------------------------------------------------------------------
 
-def train_dispatch(model, arms, streams, dispatch, config, writer=None):
-    """Train only dispatch's routing keys with the frozen `arms` attached; streams: {arm name: PairSet} (the
-    control has none). Each step draws one arm's stream by its sampling weight; every config.alarm_every steps the
-    starvation alarm reads the usage shares: perplexity < ALARM_PERPLEXITY or a share < ALARM_SHARE doubles the
-    starved arm's weight, and ALARM_STRIKES alarms in a row stop the run. Returns the record: history, alarms, stop
-    reason, final routing statistics."""
+def train_dispatch(model, arms, streams, dispatch, config):
+    """Train only dispatch's routing keys with the frozen `arms` attached, through the shared loop (tools/training.py;
+    one process, float32, constant learning rate, no checkpoint: a killed dispatch starts over); streams: {arm name:
+    PairSet} (the control has none). Each step draws one arm's stream by its sampling weight; every
+    config.alarm_every steps the starvation alarm reads the usage shares: perplexity < ALARM_PERPLEXITY or a share <
+    ALARM_SHARE doubles the starved arm's weight, and ALARM_STRIKES alarms in a row stop the run. Returns the record:
+    history, alarms, stop reason, final routing statistics."""
+    accelerator = training.accelerator_for("fp32", cpu=config.device == "cpu")
+    if accelerator.num_processes > 1:
+        raise SystemExit("a dispatch trains on one process: its starvation alarm reads this process's routing")
     for arm in arms.values():
         arm.requires_grad_(False).eval()
-    optimizer = training.adam(dispatch.parameters(), config.learning_rate)
     named = [name for name in dispatch.roster if name in streams]
     sources = {name: Stream(streams[name], config.batch_size, config.seed + k) for k, name in enumerate(named)}
     weights = {name: 1.0 for name in named}
     rng = np.random.default_rng(config.seed)
-    history, alarms, strikes, stopped = [], [], 0, None
+    history, alarms, strikes = [], [], 0
     alarm_on = len(dispatch.roster) > 1  # with one arm every token picks it: the alarm is meaningless
+
+    def loss_at(step, share):
+        nonlocal strikes
+        total = sum(weights.values())
+        stream = named[rng.choice(len(named), p=[weights[n] / total for n in named])]
+        loss = batch_loss(model, streams[stream], share.of(sources[stream].next_rows()), config)
+        monitor.end_step()
+        terms = {"loss": loss}
+        if (step + 1) % config.alarm_every == 0 or step + 1 == config.steps:
+            routing = monitor.summary()
+            monitor.reset()
+            history.append({"step": step + 1, "loss": float(loss.detach()), "stream": stream, **routing,
+                            "stream_weights": dict(weights)})
+            terms.update({key: torch.tensor(routing[key]) for key in ("perplexity", "routing_spread",
+                                                                      "amplitude_budget")})
+            starved = min(routing["shares"], key=routing["shares"].get)
+            if alarm_on and (routing["perplexity"] < ALARM_PERPLEXITY or routing["shares"][starved] < ALARM_SHARE):
+                strikes += 1
+                if starved in weights:
+                    weights[starved] *= 2
+                alarms.append({"step": step + 1, "starved": starved, "share": routing["shares"][starved],
+                               "perplexity": routing["perplexity"], "strike": strikes})
+                if strikes >= ALARM_STRIKES:
+                    terms["stop"] = f"starvation: {ALARM_STRIKES} alarms in a row at step {step + 1}"
+            else:
+                strikes = 0
+        return terms
+
     with attached(model, arms, dispatch):
         monitor = RoutingMonitor(dispatch)
-        for step in tqdm(range(1, config.steps + 1), desc=f"dispatch {'+'.join(dispatch.roster)}"):
-            total = sum(weights.values())
-            stream = named[rng.choice(len(named), p=[weights[n] / total for n in named])]
-            loss = batch_loss(model, streams[stream], sources[stream].next_rows(), config)
-            training.optimiser_step(optimizer, loss)
-            monitor.end_step()
-            if step % config.alarm_every == 0 or step == config.steps:
-                routing = monitor.summary()
-                history.append({"step": step, "loss": float(loss.detach()), "stream": stream, **routing,
-                                "stream_weights": dict(weights)})
-                if writer is not None:
-                    for key in ("perplexity", "routing_spread", "amplitude_budget"):
-                        writer.add_scalar(f"{'+'.join(dispatch.roster)}/{key}", routing[key], step)
-                monitor.reset()
-                starved = min(routing["shares"], key=routing["shares"].get)
-                if alarm_on and (routing["perplexity"] < ALARM_PERPLEXITY
-                                 or routing["shares"][starved] < ALARM_SHARE):
-                    strikes += 1
-                    if starved in weights:
-                        weights[starved] *= 2
-                    alarms.append({"step": step, "starved": starved, "share": routing["shares"][starved],
-                                   "perplexity": routing["perplexity"], "strike": strikes})
-                    if strikes >= ALARM_STRIKES:
-                        stopped = f"starvation: {ALARM_STRIKES} alarms in a row at step {step}"
-                        break
-                else:
-                    strikes = 0
+        stage = training.run_stage("+".join(dispatch.roster), dispatch, config.steps, config.learning_rate, loss_at,
+                                   config, accelerator, warmup_steps=0, decay="constant", resumable=False)
         monitor.close()
-    return {"roster": dispatch.roster, "tau": dispatch.blocks[0].tau, "steps_run": step, "stopped": stopped,
-            "alarms": alarms, "history": history, "final_routing": history[-1] if history else None}
+    return {"roster": dispatch.roster, "tau": dispatch.blocks[0].tau, "steps_run": stage["steps_run"],
+            "stopped": stage["stopped"], "alarms": alarms, "history": history,
+            "final_routing": history[-1] if history else None}

@@ -19,7 +19,6 @@ import sys
 import time
 from dataclasses import dataclass, field
 
-from torch.utils.tensorboard import SummaryWriter
 
 from shared_modeling.amoe import TAU, save_arm, save_dispatch
 from tools.captionbert.amoe import arms, pairs
@@ -56,11 +55,9 @@ def run_dispatch(config):
     if not streams:
         raise SystemExit("a dispatch needs at least one trained arm (a solo run folder) to draw data from")
     dispatch = arms.build_collective(model, solo_routing, roster, config.seed, config.tau)
-    writer = SummaryWriter(str(config.out / "tensorboard"))
     started = time.perf_counter()
-    record = arms.train_dispatch(model, roster_arms, streams, dispatch, config, writer)
+    record = arms.train_dispatch(model, roster_arms, streams, dispatch, config)
     record["training_minutes"] = round((time.perf_counter() - started) / 60, 2)
-    writer.close()
     with arms.attached(model, roster_arms, dispatch):
         validation = pairs.validation_sets(config.data_dir, config.validation_rows)
         record["validation"] = validation_score(model, validation,

@@ -28,7 +28,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from scipy.stats import spearmanr
-from torch.utils.tensorboard import SummaryWriter
 
 from shared_modeling.amoe import TAU, Dispatch, load_arm, load_dispatch, save_arm, save_dispatch
 from tools import runs, sts
@@ -115,9 +114,9 @@ class Rosters:
     """Rosters of the candidates on the trunk, each under a freshly trained dispatch; the untrained control arm
     (exactly inert) stands in for a candidate. trunk: the bare trunk's {"validation", "sts8"}."""
 
-    def __init__(self, model, members, validation, trunk, config, writer):
+    def __init__(self, model, members, validation, trunk, config):
         self.model, self.members, self.validation, self.trunk = model, members, validation, trunk
-        self.config, self.writer = config, writer
+        self.config = config
         self.control_arm = arms.fresh_arm(model, config.seed + 1000)
 
     def arms_of(self, roster):
@@ -134,8 +133,7 @@ class Rosters:
             budget = self.members[roster[0]].seed0.metrics["history"][-1]["amplitude_budget"]
             return dispatch, {"roster": roster, "steps_run": 0, "alarms": [], "stopped": None,
                               "final_routing": {"amplitude_budget": budget}}
-        return dispatch, arms.train_dispatch(self.model, self.arms_of(roster), streams, dispatch, self.config,
-                                             self.writer)
+        return dispatch, arms.train_dispatch(self.model, self.arms_of(roster), streams, dispatch, self.config)
 
     def evaluate(self, roster):
         """The Trial of `roster`: trained, then scored on validation and (the diagnostic) STS-8."""
@@ -288,8 +286,7 @@ def select(config):
     print(f"bar (largest two-seed spread of the solo validation means): {bar:.4f}")
     print("scoring the bare trunk")
     trunk = {"validation": validation_score(model, validation, set()), "sts8": sts8_score(model, config)}
-    writer = SummaryWriter(str(config.out / "tensorboard"))
-    rosters = Rosters(model, members, validation, trunk, config, writer)
+    rosters = Rosters(model, members, validation, trunk, config)
     accepted, steps = greedy_selection(config.candidates, rosters.evaluate, bar)
     solo_rows = {f"solo {name}": member.seed0.metrics["sts8"] for name, member in members.items()}
     record = {"status": "complete", "trunk_hash": trunk_id, "bar": bar, "steps": step_records(steps, bar),
@@ -304,7 +301,6 @@ def select(config):
                  {"data": member.data.summary(), "seed": 0})
         save_dispatch(library / "routing" / f"{name}.safetensors", member.seed0.routing, trunk_id)
     if not (trunk_check and trunk_check["passed"]):  # a measured outcome, not a failure: the card says why
-        writer.close()
         reason = ("no arm beat the untrained control by more than the bar" if final is None else
                   f"the collective {accepted} beats the bare trunk on validation by {trunk_check['gain']:+.4f}, "
                   f"not more than the bar {bar:.4f}")
@@ -312,7 +308,6 @@ def select(config):
         write_arms_json(library, members, steps, bar, None, trunk_id, config)
         return record | {"shipped": None, "reason": reason, "rows": {"trunk": trunk["sts8"], **solo_rows}}
     collective_sts8, sweep = ship(config, rosters, final, accepted, trunk_id)
-    writer.close()
     control = steps[len(accepted) - 1].control
     shipped = {"collective": config.collective, "roster": accepted, **brief(final.record)}
     arms_json = write_arms_json(library, members, steps, bar, shipped, trunk_id, config)

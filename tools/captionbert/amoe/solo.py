@@ -31,9 +31,7 @@ from tools.captionbert.amoe.harness import load_trunk, sts8_score, validation_sc
 @dataclass
 class SoloConfig(arms.Common):
     # Trained by the shared loop (tools/training.py): constant learning rate, float32 (the trunk's arithmetic, TF32
-    # off), no weight decay; a killed run resumes from out/checkpoint-solo.pt.
-    precision = "fp32"
-    weight_decay = 0.0
+    # off), no weight decay (arms.Common); a killed run resumes from out/checkpoint-solo.pt.
 
     # Small batches, many steps: with Adam the arm's output grows about linearly in steps from its zero-initialised
     # projection and -3 gate, so steps, not rows per step, limit a CPU run. Measured on the demo trunk: 120 steps
