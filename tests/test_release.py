@@ -122,7 +122,10 @@ def test_a_release_below_the_shipped_headline_is_refused_unless_forced(project):
     assert (GLYPH.path / "model.safetensors").read_bytes() == b"new"
 
 
-def test_records_the_card_cannot_be_regenerated_from_leave_the_hub_folder_alone(project):
+def test_records_the_card_cannot_be_regenerated_from_leave_the_hub_folder_and_its_records_alone(project):
+    shipped_records = project / "records" / GLYPH.folder
+    shipped_records.mkdir(parents=True)
+    runs.write_json(shipped_records / "release.json", {"export": "the shipped one"})
     export = build(project, 0.75, absolute=True)
     with pytest.raises(SystemExit, match="absolute path"):
         release.main(["--budget", "cpu", "--model", GLYPH.folder])
@@ -132,6 +135,9 @@ def test_records_the_card_cannot_be_regenerated_from_leave_the_hub_folder_alone(
     with pytest.raises(SystemExit, match="differs from"):
         release.main(["--budget", "cpu", "--model", GLYPH.folder])
     assert (GLYPH.path / "model.safetensors").read_bytes() == b"shipped"
+    assert [path.name for path in (project / "records").iterdir()] == [GLYPH.folder]  # no staged copy left behind
+    assert [path.name for path in shipped_records.iterdir()] == ["release.json"]
+    assert runs.read_json(shipped_records / "release.json") == {"export": "the shipped one"}
 
 
 def test_a_budget_without_a_finished_export_is_named(project):

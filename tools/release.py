@@ -67,8 +67,9 @@ def check_relative(export):
 
 
 def write_records(pipeline, export, budget):
-    """Replace records/<folder>/ with the mirrored records of this export; returns the records root."""
-    root = cards.RECORDS / pipeline.folder
+    """The mirrored records of this export, staged in records/.<folder>.new (release moves them into records/<folder>/
+    once the card they regenerate is the build's); returns that folder."""
+    root = cards.RECORDS / f".{pipeline.folder}.new"
     if root.exists():
         shutil.rmtree(root)
     for source, relative in record_files(export):
@@ -108,11 +109,16 @@ def release(pipeline, budget, force=False):
             raise SystemExit(f"{pipeline.folder}: this build's {new[0]} is {new[1]}, below the shipped {shipped[1]}; "
                              "--force (make release FORCE=1) ships it anyway")
     check_relative(export)
-    root = write_records(pipeline, export, budget)
-    card = cards.card_from_records(root / export.relative_to(runs.ROOT), root)
+    staged = write_records(pipeline, export, budget)
+    card = cards.card_from_records(staged / export.relative_to(runs.ROOT), staged)
     if card != (built / "README.md").read_text():
-        raise SystemExit(f"the card regenerated from {root} differs from {built}/README.md: a record it reads was "
-                         f"not mirrored ({pipeline.folder}/ is unchanged)")
+        shutil.rmtree(staged)
+        raise SystemExit(f"the card regenerated from the mirrored records differs from {built}/README.md: a record "
+                         f"it reads was not mirrored ({pipeline.folder}/ and its records are unchanged)")
+    root = cards.RECORDS / pipeline.folder
+    if root.exists():
+        shutil.rmtree(root)
+    staged.rename(root)
     copy_build(pipeline, built)
     print(f"{pipeline.folder}: released {built.relative_to(runs.ROOT)} ({new[0]} {new[1]}; shipped before: "
           f"{shipped[1] if shipped else 'none'}); records in {root.relative_to(runs.ROOT)}")
