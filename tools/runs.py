@@ -15,10 +15,11 @@ import subprocess
 import sys
 import tempfile
 import time
-import typing
 from datetime import datetime
 from importlib import metadata
 from pathlib import Path
+
+from transformers import HfArgumentParser
 
 ROOT = Path(__file__).resolve().parent.parent
 LIBRARIES = ("torch", "transformers", "tokenizers", "sentence-transformers", "safetensors", "numpy", "scipy",
@@ -26,35 +27,40 @@ LIBRARIES = ("torch", "transformers", "tokenizers", "sentence-transformers", "sa
 LOAD_LOCATION = ("is_local", "local_files_only")  # tokenizer_config.json keys of where the tokenizer was loaded from
 
 
-def add_config_flags(parser, config_class, skip=()):
-    """One --flag per field of the dataclass `config_class` (bools as --x / --no-x), each defaulting to None, so a
-    preset can fill in what the command line leaves out."""
-    for item in dataclasses.fields(config_class):
-        if item.name in skip:
-            continue
-        flag = "--" + item.name.replace("_", "-")
-        if item.type is bool:
-            parser.add_argument(flag, action=argparse.BooleanOptionalAction, default=None)
-        else:  # `X | None` parses as X
-            kinds = [kind for kind in typing.get_args(item.type) if kind is not type(None)] or [item.type]
-            parser.add_argument(flag, type=kinds[0], default=None)
+def parse_config(config_class, argv, description=None, presets=None, positive=(), pass_on=None, **parser_options):
+    """The `config_class` (a dataclass) of the command line `argv` (sys.argv when None), through transformers'
+    HfArgumentParser: a flag per field in both spellings (--batch-size and --batch_size), a field without a default
+    a required one; a bool as --x (and --no-x when it defaults to True), a list as --x A B; a field's metadata gives
+    the flag's help, choices, aliases, metavar or action ("extend": the flag may repeat). `description` (a tool's
+    __doc__) heads --help as written; `parser_options` go to the parser (prog, allow_abbrev).
 
-
-def parse_flags(parser, config_class, argv):
-    """The `config_class` of the command line `argv`: a flag per field (add_config_flags), each field's own default
-    where its flag is left out."""
-    add_config_flags(parser, config_class)
-    return config_class(**{key: value for key, value in vars(parser.parse_args(argv)).items() if value is not None})
-
-
-def parse_with_presets(parser, config_class, presets, argv, skip=(), positive=()):
-    """The config of a tool with named presets: --preset (default "cpu") picks a dict of defaults from `presets`,
-    and every field of `config_class` but `skip` (arguments the parser already has) gets a --flag that overrides
-    its preset value. Fields named in `positive` must be at least 1."""
-    parser.add_argument("--preset", choices=sorted(presets), default="cpu")
-    add_config_flags(parser, config_class, skip=(*skip, "preset"))
-    args = {k: v for k, v in vars(parser.parse_args(argv)).items() if v is not None}
-    config = config_class(**{**presets[args["preset"]], **args})
+    Each field takes its default, over it the value of the preset chosen by --preset (with `presets`, {name: {field:
+    value}}: the field `preset`, whose default picks one when the flag is left out), and over both the value its flag
+    gives. Fields named in `positive` must be at least 1; a ValueError of the config's own checks is a usage error.
+    With `pass_on`, the name of a field that is no flag (field(init=False)), the options the parser does not know go
+    into it instead of being refused: the options a tool passes on to the runs it starts."""
+    parser = HfArgumentParser(config_class, description=description,
+                              formatter_class=argparse.RawDescriptionHelpFormatter, **parser_options)
+    # A flag left out parses as None, so that the preset's value or the field's default fills it in
+    parser.set_defaults(**{item.name: None for item in dataclasses.fields(config_class) if item.init})
+    for action in parser._actions:
+        # usage, --help and errors name a flag as the docs write it: an alias first (--encoder of the field
+        # encoders), then --batch-size before --batch_size
+        action.option_strings.sort(key=lambda option: (option[2:].replace("-", "_") == action.dest, "_" in option))
+        if presets and action.dest == "preset":
+            action.choices = sorted(presets)
+    if pass_on:
+        namespace, passed_on = parser.parse_known_args(argv)
+    else:
+        namespace = parser.parse_args(argv)
+    given = {key: value for key, value in vars(namespace).items() if value is not None}
+    preset = presets[given.get("preset", config_class.preset)] if presets else {}
+    try:
+        config = config_class(**{**preset, **given})
+    except ValueError as error:
+        parser.error(str(error))
+    if pass_on:
+        setattr(config, pass_on, passed_on)
     for name in positive:
         if getattr(config, name) < 1:
             raise SystemExit(f"--{name.replace('_', '-')} must be positive")

@@ -23,8 +23,8 @@ INITS = ("scratch", "select", "static")
 
 @dataclass
 class Config:
-    align: Path  # alignment folder of tools/captionbert/align.py (manifest.json, consensus/)
-    out: Path  # run folder: checkpoints, logs, final/
+    align: Path = field(metadata={"help": "alignment folder (tools/captionbert/align.py: manifest.json, consensus/)"})
+    out: Path = field(metadata={"help": "run folder (checkpoints, logs, final/); rerun with it to resume"})
     preset: str = "cpu"  # named defaults (PRESETS); explicit options override them
     model: Path = CAPTIONBERT  # captionbert folder whose config, code and tokenizer define the student
     steps: int = 1200  # optimiser steps
@@ -55,7 +55,8 @@ class Config:
     max_batch_tokens: int | None = None  # cap on rows x longest row of a batch (long texts make smaller batches)
     save_dtype: str = "float32"  # how final/model.safetensors stores the weights: float32 | float16 (half the file;
     #                              the model loads and computes in float32 either way; training.save_stored)
-    expected_teachers: list[str] = field(default_factory=list)  # the preset's roster, checked against the consensus
+    expected_teachers: list[str] = field(default_factory=list, metadata={
+        "help": "the teachers the consensus should come from (default: the preset's roster; a note when it differs)"})
 
 
 PRESETS = {

@@ -21,7 +21,6 @@ carry the largest outliers) that hold its mean cosine to PyTorch at --int8-min-c
 The run record (config, run, metrics with each file's bytes and sha256, the int8 search) goes to --record.
 """
 
-import argparse
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -46,8 +45,7 @@ class Config:
 
 
 def parse_config(argv):
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    config = runs.parse_flags(parser, Config, argv)
+    config = runs.parse_config(Config, argv, __doc__)
     if not (config.folder / "model.safetensors").is_file():
         raise SystemExit(f"{config.folder} holds no model.safetensors: not a built captionbert folder")
     if config.parity_texts < 4 or config.max_abs_diff <= 0 or not 0 < config.int8_min_cosine <= 1:

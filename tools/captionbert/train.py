@@ -30,7 +30,6 @@ final numbers), loss_curve.png, and final/ (the trained student as a captionbert
 --save-dtype says, config, code, tokenizer) for tools/captionbert/export.py.
 """
 
-import argparse
 import random
 import shutil
 import sys
@@ -49,12 +48,9 @@ from tools.plots import Panel, curve, plot_history
 
 
 def parse_config(argv):
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--align", type=Path, required=True, help="alignment folder (tools/captionbert/align.py)")
-    parser.add_argument("--out", type=Path, required=True, help="run folder; rerun with it to resume")
-    config = runs.parse_with_presets(parser, Config, PRESETS, argv, skip=("align", "out", "expected_teachers"),
-                                     positive=("steps", "batch_size", "max_length", "checkpoint_every", "log_every",
-                                               "validate_every"))
+    config = runs.parse_config(Config, argv, __doc__, presets=PRESETS,
+                               positive=("steps", "batch_size", "max_length", "checkpoint_every", "log_every",
+                                         "validate_every"))
     if config.batch_size < 2:
         raise SystemExit("--batch-size must be at least 2 (InfoNCE needs in-batch negatives)")
     if config.init not in INITS:

@@ -6,7 +6,7 @@ run's data from its config.json), the long texts split by image, the spliced-tai
 import dataclasses
 import os
 import random
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -25,10 +25,11 @@ BASE_FILE, MEMORY_FILE = "base.safetensors", "memory.safetensors"  # a model fol
 
 @dataclass
 class Config:
-    out: Path  # run folder; rerun with it to resume
+    out: Path = field(metadata={"help": "run folder; rerun with it to resume"})
     preset: str = "cpu"  # named defaults (PRESETS); explicit options override them
     data_dir: Path = runs.default_data_dir()  # shared data (ImageInWords, Flickr8k)
-    texts: Path | None = None  # a file of long texts (one per line) replacing the ImageInWords descriptions
+    texts: Path | None = field(default=None, metadata={
+        "help": "file of long texts, one per line (replaces ImageInWords)"})
     base: str = ""  # frozen base: a folder or Hub id (preset)
     base_pooling: str = "mean"  # a segment's own base embedding: "eos" (CLIP) or "mean"
     teacher: str = ""  # tools/encoders.py spec of the teacher (preset)

@@ -45,11 +45,9 @@ base.safetensors, byte for byte the same for every run on the same base, the tra
 presets) stores every weight, the frozen base's too, in half the bytes; the model loads and computes in float32.
 """
 
-import argparse
 import shutil
 import sys
 import time
-from pathlib import Path
 
 import numpy as np
 import torch
@@ -70,13 +68,10 @@ from tools.training import (STORAGE_DTYPES, accelerator_for, batch_at, gathered,
 
 
 def parse_config(argv):
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--out", type=Path, required=True, help="run folder; rerun with it to resume")
-    parser.add_argument("--texts", type=Path, help="file of long texts, one per line (replaces ImageInWords)")
-    config = runs.parse_with_presets(parser, Config, PRESETS, argv, skip=("out", "texts"),
-                                     positive=("steps", "batch_size", "validation_texts", "cv_samples",
-                                               "cv_target_texts", "init_texts", "splice_k", "splice_groups",
-                                               "groups_per_batch", "validate_every", "checkpoint_every", "log_every"))
+    config = runs.parse_config(Config, argv, __doc__, presets=PRESETS,
+                               positive=("steps", "batch_size", "validation_texts", "cv_samples", "cv_target_texts",
+                                         "init_texts", "splice_k", "splice_groups", "groups_per_batch",
+                                         "validate_every", "checkpoint_every", "log_every"))
     if config.batch_size < 2:
         raise SystemExit("--batch-size must be at least 2 (InfoNCE needs in-batch negatives)")
     if config.splice_k < 2:

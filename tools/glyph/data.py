@@ -5,7 +5,7 @@ tools/glyph/corpus.py writes them and the train, evaluate and export steps read 
 """
 
 import json
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from transformers import RobertaConfig
@@ -13,8 +13,9 @@ from transformers import RobertaConfig
 
 @dataclass
 class Config:
-    corpus: Path  # folder of tools/glyph/corpus.py (corpus.txt, train/validation.jsonl, tokenizer/)
-    out: Path  # run folder; rerun with it to resume
+    corpus: Path = field(metadata={"help": "tools/glyph/corpus.py folder (corpus.txt, train/validation.jsonl, "
+                                           "tokenizer/)"})
+    out: Path = field(metadata={"help": "run folder; rerun with it to resume"})
     preset: str = "cpu"  # named defaults (PRESETS); explicit options override them
     hidden_size: int = 256  # model width
     num_layers: int = 6  # transformer layers

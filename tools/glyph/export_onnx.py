@@ -18,7 +18,6 @@ tools.glyph.evaluate --corpus <corpus> --out <run> --encoder glyph-embedder-v2=g
 --encoder int8=glyph-embedder-v2/onnx/model_qint8_avx512_vnni.onnx. The run record goes to --record.
 """
 
-import argparse
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -56,8 +55,7 @@ class SentenceGraph(nn.Module):
 
 
 def parse_config(argv):
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    config = runs.parse_flags(parser, Config, argv)
+    config = runs.parse_config(Config, argv, __doc__)
     if not (config.folder / "model.safetensors").is_file() or not (config.folder / "modules.json").is_file():
         raise SystemExit(f"{config.folder} holds no model.safetensors and modules.json: not a built glyph folder")
     if config.parity_strings < 3 or config.max_abs_diff <= 0 or not 0 < config.int8_min_cosine <= 1:

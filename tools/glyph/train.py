@@ -26,11 +26,9 @@ with no custom code. --save-dtype float16 (both presets) stores its weights in h
 validation win rate of the weights as stored.
 """
 
-import argparse
 import random
 import shutil
 import sys
-from pathlib import Path
 
 import torch
 from safetensors.torch import load_file
@@ -55,12 +53,9 @@ MIRROR_FLIPS = {f"{a}/{b}" for a, b in INVERSE_PAIRS if MIRROR.get(a) == b}  # m
 
 
 def parse_config(argv):
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--corpus", type=Path, required=True, help="tools/glyph/corpus.py folder")
-    parser.add_argument("--out", type=Path, required=True, help="run folder; rerun with it to resume")
-    config = runs.parse_with_presets(parser, Config, PRESETS, argv, skip=("corpus", "out"),
-                                     positive=("mlm_steps", "contrastive_steps", "mlm_batch_size", "max_length",
-                                               "validate_every", "checkpoint_every", "log_every"))
+    config = runs.parse_config(Config, argv, __doc__, presets=PRESETS,
+                               positive=("mlm_steps", "contrastive_steps", "mlm_batch_size", "max_length",
+                                         "validate_every", "checkpoint_every", "log_every"))
     if config.contrastive_batch_size < 2:
         raise SystemExit("--contrastive-batch-size must be at least 2 (InfoNCE needs in-batch negatives)")
     if config.save_dtype not in STORAGE_DTYPES:

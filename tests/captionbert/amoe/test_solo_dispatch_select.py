@@ -64,7 +64,8 @@ def test_the_cosent_triples_loss_ranks_each_positive_above_every_hard_negative(m
     with pytest.raises(SystemExit) as refused:
         solo.main(["--triples-loss", "triplet", "--out", "o"])
     assert refused.value.code == 2
-    assert "--triples-loss: invalid choice: 'triplet' (choose from 'infonce', 'cosent')" in capsys.readouterr().err
+    error = capsys.readouterr().err
+    assert "--triples-loss/--triples_loss: invalid choice: 'triplet' (choose from 'infonce', 'cosent')" in error
 
 
 # ---- data ----------------------------------------------------------------------------------------------------------

@@ -10,7 +10,6 @@ labels so Quality-0 pairs rank below paraphrases (paraphrase); CoSENT on gold sc
 embedding to its teacher embedding (an extraction or alignment folder: the teacher arms).
 """
 
-import argparse
 import contextlib
 import json
 import math
@@ -22,7 +21,6 @@ from typing import NamedTuple
 import numpy as np
 import torch
 import torch.nn.functional as F
-from transformers import HfArgumentParser
 
 from shared_modeling.amoe import GATE_INIT, TAU, Arm, Dispatch, load_arm, load_dispatch
 from shared_modeling.encoding import truncate_keeping_last
@@ -63,15 +61,10 @@ class Common:
 
 
 def parse_config(config_class, argv, description):
-    """The `config_class` (a Common) of the command line `argv`: a flag per field through transformers'
-    HfArgumentParser (--batch-size and --batch_size; a bool as --x / --no-x, a list as --x A B; a field's metadata
-    gives its help, choices and aliases), each field's own default where its flag is left out; the sizes checked."""
-    parser = HfArgumentParser(config_class, description=description,
-                              formatter_class=argparse.RawDescriptionHelpFormatter)
-    config = config_class(**vars(parser.parse_args(argv)))
-    for name in ("steps", "batch_size", "max_length", "log_every"):
-        if getattr(config, name) < 1:
-            raise SystemExit(f"--{name.replace('_', '-')} must be positive")
+    """The `config_class` (a Common) of the command line `argv` (runs.parse_config), with the sizes every AMOE run
+    needs checked: positive, and at least two rows a batch."""
+    config = runs.parse_config(config_class, argv, description,
+                               positive=("steps", "batch_size", "max_length", "log_every"))
     if config.batch_size < 2:
         raise SystemExit("--batch-size must be at least 2 (in-batch negatives)")
     return config
