@@ -23,9 +23,8 @@ teacher), report.json, consensus/shard-NNNNN.safetensors (float16, like the extr
 kept chunks and where their texts are), which tools/captionbert/train.py reads.
 """
 
-import argparse
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -40,9 +39,10 @@ from tools.captionbert.data import write_shard
 
 @dataclass
 class Config:
-    extract: Path  # extraction folder of tools/captionbert/extract.py (manifest.json)
-    out: Path  # alignment folder to write
-    reference: str | None = None  # teacher whose frame the consensus lives in; None = the extraction's first
+    extract: Path = field(metadata={"help": "extraction folder of tools/captionbert/extract.py (manifest.json)"})
+    out: Path = field(metadata={"help": "alignment folder to write"})
+    reference: str | None = field(default=None, metadata={
+        "help": "name of the teacher whose frame the consensus lives in (default: the extraction's first)"})
     fit_rows: int = 20000  # rows the maps are fitted on (stratified by chunk)
     holdout_rows: int = 4000  # disjoint rows the report is measured on
     shrinkage: float = 0.1  # a in (1 - a) C + a tr(C)/d I, between 0 and 1
@@ -116,16 +116,7 @@ def stratified_rows(chunk_sizes, fit_rows, holdout_rows, seed):
 
 
 def parse_config(argv):
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--extract", type=Path, required=True, help="extraction folder (manifest.json)")
-    parser.add_argument("--out", type=Path, required=True, help="alignment folder to write")
-    parser.add_argument("--reference", default=None, help="reference teacher name (default: the extraction's first)")
-    parser.add_argument("--fit-rows", type=int, default=Config.fit_rows)
-    parser.add_argument("--holdout-rows", type=int, default=Config.holdout_rows)
-    parser.add_argument("--shrinkage", type=float, default=Config.shrinkage)
-    parser.add_argument("--correlation-threshold", type=float, default=Config.correlation_threshold)
-    parser.add_argument("--seed", type=int, default=Config.seed)
-    config = Config(**vars(parser.parse_args(argv)))
+    config = runs.parse_config(Config, argv, __doc__)
     if not 0 <= config.shrinkage <= 1:
         raise SystemExit(f"--shrinkage must lie in [0, 1], got {config.shrinkage}")
     if config.fit_rows < 2 or config.holdout_rows < 2:

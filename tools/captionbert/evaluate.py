@@ -15,7 +15,6 @@ rerunning an interrupted run with the same options into the same --out scores on
 (a row is kept only if its encoder's weights still have the sha256 it was scored with).
 """
 
-import argparse
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -27,29 +26,24 @@ from tools.sts import (TASKS, flickr8k_captions, gauge_captions, load_task, mark
 
 @dataclass
 class Config:
-    encoders: list[str] = field(default_factory=list)  # encoder specs (tools/encoders.py), scored in order
-    data_dir: Path = field(default_factory=runs.default_data_dir)  # ../shared/data or BUNDLE_DATA_DIR
-    out: Path | None = None  # run folder; default runs/eval/<timestamp>
-    tasks: list[str] = field(default_factory=lambda: list(TASKS))  # subset of TASKS to score
+    encoders: list[str] = field(default_factory=list, metadata={
+        "aliases": ["--encoder"], "action": "extend", "required": True,
+        "help": "encoder spec (tools/encoders.py), repeatable; scored in order"})
+    data_dir: Path = field(default_factory=runs.default_data_dir, metadata={
+        "help": "the shared data folder (../shared/data or BUNDLE_DATA_DIR)"})
+    out: Path | None = field(default=None, metadata={"help": "run folder (default runs/eval/<timestamp>)"})
+    tasks: list[str] = field(default_factory=lambda: list(TASKS), metadata={
+        "choices": TASKS, "help": "tasks to score (default all)"})
     batch_size: int = 64  # texts per forward pass
-    max_length: int = 512  # token limit for plain HF / ONNX encoders
-    gauge_captions: int = 1000  # held-out captions for self_cos / erank (0 to skip)
-    onnx_tokenizer: Path | None = None  # tokenizer folder for an .onnx encoder
-    onnx_output: str | None = None  # token-state output name of an .onnx encoder
+    max_length: int = field(default=512, metadata={"help": "token limit (plain HF / ONNX encoders)"})
+    gauge_captions: int = field(default=1000, metadata={
+        "help": "held-out captions for self_cos / erank (0 skips the gauges)"})
+    onnx_tokenizer: Path | None = field(default=None, metadata={"help": "tokenizer folder for an .onnx encoder"})
+    onnx_output: str | None = field(default=None, metadata={"help": "token-state output name of an .onnx encoder"})
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--encoder", dest="encoders", action="append", required=True, help="encoder spec (repeatable)")
-    parser.add_argument("--data-dir", type=Path, default=runs.default_data_dir(), help="the shared data folder")
-    parser.add_argument("--out", type=Path, default=None, help="run folder (default runs/eval/<timestamp>)")
-    parser.add_argument("--tasks", nargs="+", default=list(TASKS), choices=TASKS, help="tasks to score")
-    parser.add_argument("--batch-size", type=int, default=Config.batch_size)
-    parser.add_argument("--max-length", type=int, default=Config.max_length, help="token limit (plain HF / ONNX)")
-    parser.add_argument("--gauge-captions", type=int, default=Config.gauge_captions, help="0 skips the gauges")
-    parser.add_argument("--onnx-tokenizer", type=Path, default=None, help="tokenizer folder for an .onnx encoder")
-    parser.add_argument("--onnx-output", default=None, help="token-state output name of an .onnx encoder")
-    config = Config(**vars(parser.parse_args(argv)))
+    config = runs.parse_config(Config, argv, __doc__)
     config.out = config.out or runs.timestamped(runs.ROOT / "runs", "eval")
     if not (config.data_dir / "sts").is_dir():
         raise SystemExit(f"no sts/ folder in --data-dir {config.data_dir}")

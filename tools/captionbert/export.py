@@ -28,10 +28,9 @@ What it does:
        is typed.
 """
 
-import argparse
 import shutil
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -51,15 +50,19 @@ class Config:
     align: Path  # tools/captionbert/align.py folder
     distill: Path  # tools/captionbert/train.py folder (final/ holds the student)
     eval: Path  # tools/captionbert/evaluate.py run that scored the student (row STUDENT) and the teachers
-    out: Path  # run folder for this export's checks (config.json, run.json, metrics.json)
+    out: Path = field(metadata={"help": "run folder for this export's checks (config.json, run.json, metrics.json)"})
     goal_mean: float = 0.76  # the cpu budget's STS-8 mean goal (issue 18) the card measures the student against
-    to: Path | None = None  # the folder to build (default <out>/<its Hub folder's name>); make release copies it
-    #                         into the Hub folder
-    hub: Path | None = None  # the folder whose own files (code, config, tokenizer) the build starts from (default:
-    #                          the Hub folder; None keeps the record free of this machine's absolute paths)
-    amoe: Path | None = None  # tools/captionbert/amoe/select.py run whose amoe/ library ships with these weights
-    long: Path | None = None  # tools/captionbert/long_inputs.py run that scored the student's long inputs
-    levers: Path | None = None  # tools/captionbert/amoe/levers.py run (its levers.json): the card's levers table
+    to: Path | None = field(default=None, metadata={
+        "help": "the folder to build (default: <out>/<its Hub folder's name>); make release copies it into the Hub "
+                "folder"})
+    hub: Path | None = field(default=None, metadata={  # None keeps the record free of this machine's absolute paths
+        "help": "the folder whose own files (code, config, tokenizer) the build starts from (default: the Hub folder)"})
+    amoe: Path | None = field(default=None, metadata={
+        "help": "tools/captionbert/amoe/select.py run whose amoe/ library ships with these weights"})
+    long: Path | None = field(default=None, metadata={
+        "help": "tools/captionbert/long_inputs.py run that scored the student's long inputs"})
+    levers: Path | None = field(default=None, metadata={
+        "help": "tools/captionbert/amoe/levers.py run (its levers.json) whose table goes on the card (needs --amoe)"})
 
 
 def check_inputs(config):
@@ -111,21 +114,7 @@ def write_sentence_transformers_files(folder):
 
 
 def parse_config(argv):
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--extract", type=Path, required=True)
-    parser.add_argument("--align", type=Path, required=True)
-    parser.add_argument("--distill", type=Path, required=True)
-    parser.add_argument("--eval", type=Path, required=True)
-    parser.add_argument("--out", type=Path, required=True, help="run folder for this export's checks")
-    parser.add_argument("--to", type=Path, default=None, help="the folder to build (default: <out>/<Hub folder name>)")
-    parser.add_argument("--hub", type=Path, default=None,
-                        help="the folder whose code, config and tokenizer the build starts from (default: the Hub "
-                             "folder)")
-    parser.add_argument("--amoe", type=Path, default=None, help="tools/captionbert/amoe/select.py run to ship")
-    parser.add_argument("--long", type=Path, default=None, help="tools/captionbert/long_inputs.py run of the student")
-    parser.add_argument("--levers", type=Path, default=None,
-                        help="tools/captionbert/amoe/levers.py run whose table goes on the card (needs --amoe)")
-    config = Config(**vars(parser.parse_args(argv)))
+    config = runs.parse_config(Config, argv, __doc__)
     config.to = config.to or config.out / STUDENT
     if config.amoe is not None and not (config.amoe / "metrics.json").is_file():
         raise SystemExit(f"{config.amoe} is not a finished tools/captionbert/amoe/select.py run")

@@ -20,7 +20,6 @@ With several processes (torchrun or accelerate launch), process r takes shards r
 the manifest once every process is done.
 """
 
-import argparse
 import re
 import sys
 from dataclasses import asdict, dataclass, field
@@ -40,16 +39,20 @@ DEFAULT_TEACHERS = ["teacher:all-mpnet-base-v2", "teacher:all-MiniLM-L6-v2", "te
 
 @dataclass
 class Config:
-    out: Path  # the extraction folder (created; rerun with the same folder to resume)
-    teachers: list[str] = field(default_factory=lambda: list(DEFAULT_TEACHERS))  # encoder specs; first = reference
-    corpus: Path | None = None  # .jsonl / .txt corpus; None = the default caption mix from data_dir
+    out: Path = field(metadata={"help": "extraction folder (created; rerun with the same folder to resume)"})
+    teachers: list[str] = field(default_factory=lambda: list(DEFAULT_TEACHERS), metadata={
+        "aliases": ["--teacher"], "action": "extend",
+        "help": f"encoder spec, repeatable; the first is the reference (default {DEFAULT_TEACHERS})"})
+    corpus: Path | None = field(default=None, metadata={
+        "help": ".jsonl or .txt corpus (default: the caption mix from --data-dir)"})
     data_dir: Path = field(default_factory=runs.default_data_dir)  # ../shared/data or BUNDLE_DATA_DIR
     shard_rows: int = 4096  # texts per shard (the unit of resumption and of work per process)
     batch_size: int = 64  # texts per forward pass
     max_length: int = 512  # token limit for plain HF / ONNX teachers (sentence-transformers use their own)
-    limit: int | None = None  # embed only the first N texts (smoke runs)
-    sample: int | None = None  # embed a seeded random N of the texts, kept in corpus order (every source, in
-    #                            proportion: make demo's quick budget)
+    limit: int | None = field(default=None, metadata={"help": "embed only the first N texts (smoke runs)"})
+    sample: int | None = field(default=None, metadata={
+        "help": "embed a seeded random N of the texts, in corpus order (every source in proportion: make demo's quick "
+                "budget)"})
 
 
 def teacher_folder_name(name):
@@ -100,21 +103,7 @@ def prepare_out(config, texts, corpus_sha, description):
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--out", type=Path, required=True, help="extraction folder (rerun with it to resume)")
-    parser.add_argument("--teacher", dest="teachers", action="append", default=None,
-                        help=f"encoder spec, repeatable; the first is the reference (default {DEFAULT_TEACHERS})")
-    parser.add_argument("--corpus", type=Path, default=None, help=".jsonl or .txt corpus (default: caption mix)")
-    parser.add_argument("--data-dir", type=Path, default=runs.default_data_dir())
-    parser.add_argument("--shard-rows", type=int, default=Config.shard_rows)
-    parser.add_argument("--batch-size", type=int, default=Config.batch_size)
-    parser.add_argument("--max-length", type=int, default=Config.max_length)
-    parser.add_argument("--limit", type=int, default=None, help="embed only the first N texts")
-    parser.add_argument("--sample", type=int, default=None,
-                        help="embed a seeded random N of the texts, in corpus order (every source in proportion)")
-    args = vars(parser.parse_args(argv))
-    args["teachers"] = args["teachers"] or list(DEFAULT_TEACHERS)
-    config = Config(**args)
+    config = runs.parse_config(Config, argv, __doc__)
     if config.shard_rows < 1 or config.batch_size < 1:
         raise SystemExit("--shard-rows and --batch-size must be positive")
 

@@ -14,7 +14,6 @@ A window keeps the first tokens and the closing [SEP]; "whole" is the text up to
 trained on (config.trained_length, reported). Writes metrics.json and results.md into --out.
 """
 
-import argparse
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -33,23 +32,18 @@ WINDOWS = (64, 128, 256)
 
 @dataclass
 class Config:
-    model: Path  # a captionbert folder (remote code)
-    out: Path  # run folder
-    teacher: str = "teacher:all-mpnet-base-v2"  # the reference teacher (tools/encoders.py spec)
-    windows: list[int] = field(default_factory=lambda: list(WINDOWS))  # token windows scored beside the whole text
+    model: Path = field(metadata={"help": "a captionbert folder (remote code)"})
+    out: Path = field(metadata={"help": "run folder"})
+    teacher: str = field(default="teacher:all-mpnet-base-v2", metadata={
+        "help": "the reference teacher (tools/encoders.py spec)"})
+    windows: list[int] = field(default_factory=lambda: list(WINDOWS), metadata={
+        "help": "token windows scored beside the whole text"})
     data_dir: Path = field(default_factory=runs.default_data_dir)  # ../shared/data or BUNDLE_DATA_DIR
     batch_size: int = 16  # texts per forward pass
 
 
 def parse_config(argv):
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--model", type=Path, required=True, help="captionbert folder")
-    parser.add_argument("--out", type=Path, required=True, help="run folder")
-    parser.add_argument("--teacher", default=Config.teacher, help="reference teacher spec")
-    parser.add_argument("--windows", type=int, nargs="+", default=list(WINDOWS), help="token windows")
-    parser.add_argument("--data-dir", type=Path, default=runs.default_data_dir())
-    parser.add_argument("--batch-size", type=int, default=Config.batch_size)
-    config = Config(**vars(parser.parse_args(argv)))
+    config = runs.parse_config(Config, argv, __doc__)
     if any(w < 3 for w in config.windows) or config.batch_size < 1:
         raise SystemExit("--windows need at least 3 tokens ([CLS] word [SEP]) and --batch-size at least 1")
     return config

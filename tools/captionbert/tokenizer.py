@@ -10,9 +10,8 @@ Usage:
     python -m tools.captionbert.tokenizer --out some/folder
 """
 
-import argparse
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from transformers import AutoTokenizer
@@ -22,15 +21,12 @@ from tools import registry, runs, teachers
 
 @dataclass
 class Config:
-    out: Path = registry.CAPTIONBERT.path  # the folder to write tokenizer files into
-    max_length: int = 8192  # model_max_length recorded in tokenizer_config.json
+    out: Path = field(default=registry.CAPTIONBERT.path, metadata={"help": "the folder to write tokenizer files into"})
+    max_length: int = field(default=8192, metadata={"help": "model_max_length to record in tokenizer_config.json"})
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--out", type=Path, default=Config.out, help="folder to write the tokenizer into")
-    parser.add_argument("--max-length", type=int, default=Config.max_length, help="model_max_length to record")
-    config = Config(**{k.replace("-", "_"): v for k, v in vars(parser.parse_args(argv)).items()})
+    config = runs.parse_config(Config, argv, __doc__)
 
     source = teachers.minilm_l6_folder()
     tokenizer = AutoTokenizer.from_pretrained(

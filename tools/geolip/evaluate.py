@@ -27,10 +27,9 @@ The out folder gets metrics.json (rows, gallery size, spliced groups, the window
 segment counts, the weights' sha256) and the run record.
 """
 
-import argparse
 import dataclasses
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -46,15 +45,12 @@ from tools.geolip.metrics import (blend, fit_blend_weight, procrustes_maps, retr
 
 @dataclass
 class Config:
-    train: Path  # tools/geolip/train.py run folder (config.json, teacher cache, final/)
-    out: Path  # run folder
+    train: Path = field(metadata={"help": "tools/geolip/train.py run folder (config.json, teacher cache, final/)"})
+    out: Path = field(metadata={"help": "run folder"})
 
 
 def parse_config(argv):
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--train", type=Path, required=True, help="tools/geolip/train.py run folder")
-    parser.add_argument("--out", type=Path, required=True, help="run folder")
-    config = Config(**vars(parser.parse_args(argv)))
+    config = runs.parse_config(Config, argv, __doc__)
     for path in (config.train / "config.json", config.train / "metrics.json"):  # metrics.json: final/ is written
         if not path.exists():
             raise SystemExit(f"{path} not found: train with tools/geolip/train.py first")

@@ -22,10 +22,9 @@ What it does:
        two runs and says which one it ships.
 """
 
-import argparse
 import shutil
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -44,9 +43,11 @@ class Config:
     train: Path  # tools/geolip/train.py run folder (final/, metrics.json)
     eval: Path  # tools/geolip/evaluate.py run that scored train/final
     out: Path  # run folder for this export's checks
-    ablation: Path | None = None  # tools/geolip/evaluate.py run of a training run with other segments
-    to: Path | None = None  # the folder to build (default <out>/<its Hub folder's name>); make release copies it
-    #                         into the Hub folder
+    ablation: Path | None = field(default=None, metadata={
+        "help": "tools/geolip/evaluate.py run of an ablation training run (one with other segments)"})
+    to: Path | None = field(default=None, metadata={
+        "help": "the folder to build (default: <out>/<its Hub folder's name>); make release copies it into the Hub "
+                "folder"})
     parity_texts: int = 64  # held-out texts the fresh-process load is checked on
     max_difference: float = 1e-5  # largest allowed |exported - trained| embedding entry
     goal_gallery: int = 500  # the goals hold on a gallery of at least this many held-out texts:
@@ -55,15 +56,7 @@ class Config:
 
 
 def parse_config(argv):
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--train", type=Path, required=True)
-    parser.add_argument("--eval", type=Path, required=True)
-    parser.add_argument("--out", type=Path, required=True)
-    parser.add_argument("--ablation", type=Path, help="tools/geolip/evaluate.py run of an ablation training run")
-    parser.add_argument("--to", type=Path, default=None, help="the folder to build (default: <out>/<Hub folder name>)")
-    parser.add_argument("--parity-texts", type=int, default=Config.parity_texts)
-    parser.add_argument("--max-difference", type=float, default=Config.max_difference)
-    config = Config(**vars(parser.parse_args(argv)))
+    config = runs.parse_config(Config, argv, __doc__)
     config.to = config.to or config.out / registry.GEOLIP.folder
     needed = [config.train / "final" / "config.json", config.train / "metrics.json",
               config.eval / "metrics.json"]

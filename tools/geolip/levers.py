@@ -16,7 +16,6 @@ segment, and the segment mean and the blend of every segment size the levers use
 ("complete" once every lever named ran).
 """
 
-import argparse
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -46,10 +45,12 @@ MEASURES = ("m_acc", "mean_cosine", "spliced_top1")
 
 @dataclass
 class Config:
-    out: Path  # the levers' folder: out/<lever>, out/<lever>-eval, levers.json
-    only: list = field(default_factory=lambda: list(LEVERS))  # the levers to run
+    out: Path = field(metadata={"help": "the levers' folder: out/<lever>, out/<lever>-eval, levers.json"})
+    only: list[str] = field(default_factory=lambda: list(LEVERS), metadata={
+        "choices": list(LEVERS), "help": "the levers to run"})
     teacher_cache: Path = TEACHER_CACHE  # every training run's
-    training_options: list = field(default_factory=list)  # passed to every training run after the lever's own
+    # No flag: the options after the tool's own, passed to every training run after the lever's own
+    training_options: list[str] = field(init=False, default_factory=list)
 
 
 def reader_rows(evaluations):
@@ -77,13 +78,8 @@ def lever_row(name, steps, train, evaluation, readers):
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter,
-                                     allow_abbrev=False)  # else train's --teacher passes for --teacher-cache
-    parser.add_argument("--out", type=Path, required=True, help="the levers' folder")
-    parser.add_argument("--only", nargs="+", choices=list(LEVERS), default=list(LEVERS), help="the levers to run")
-    parser.add_argument("--teacher-cache", type=Path, default=TEACHER_CACHE)
-    known, training_options = parser.parse_known_args(argv)
-    config = Config(**vars(known), training_options=training_options)
+    config = runs.parse_config(Config, argv, __doc__, pass_on="training_options",
+                               allow_abbrev=False)  # else train's --teacher passes for --teacher-cache
     with runs.RunRecord(config.out, config, "geolip.levers"):
         finished = {}
         for name in config.only:

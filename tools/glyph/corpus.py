@@ -30,11 +30,10 @@ the MLM corpus), tokenizer/ (byte-level BPE trained on corpus.txt only, RoBERTa 
 per rewrite and mutation kind, direction cases, which operators are single tokens) and the run record.
 """
 
-import argparse
 import dataclasses
 import sys
 from collections import Counter
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from tqdm.auto import tqdm
@@ -49,7 +48,7 @@ from tools.glyph.tokenizer import train_tokenizer
 
 @dataclass
 class Config:
-    out: Path  # run folder
+    out: Path = field(metadata={"help": "run folder"})
     train_triples: int = 40000  # training (anchor, positive, mutation) triples over training atoms
     validation_triples: int = 1000  # more over training atoms, kept out of the corpus: the training run's monitor
     test_triples: int = 2000  # evaluation triples over held-out atoms
@@ -66,14 +65,7 @@ class Config:
 
 
 def parse_config(argv):
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    for item in dataclasses.fields(Config):
-        flag = "--" + item.name.replace("_", "-")
-        if item.name == "out":
-            parser.add_argument(flag, type=Path, required=True, help="run folder")
-        else:
-            parser.add_argument(flag, type=item.type, default=item.default)
-    config = Config(**vars(parser.parse_args(argv)))
+    config = runs.parse_config(Config, argv, __doc__)
     if min(config.train_triples, config.validation_triples, config.test_triples) < 1:
         raise SystemExit("--train-triples, --validation-triples and --test-triples must be positive")
     if not 0 < config.held_out_fraction < 1:

@@ -53,7 +53,6 @@ triples, so tools/glyph/evaluate.py scores it as it is), metrics.json (counts pe
 vocabulary sizes, depths, operators, surfaces, test_sha256) and the run record.
 """
 
-import argparse
 import random
 import sys
 from collections import Counter
@@ -108,8 +107,9 @@ ATTEMPTS = 200  # draws per triple before giving up (a bug, not bad luck)
 
 @dataclass
 class Config:
-    out: Path  # run folder: test.jsonl, metrics.json, the run record
-    data_dir: Path = field(default_factory=runs.default_data_dir)  # ../shared/data (captions/flickr8k, imageinwords)
+    out: Path = field(metadata={"help": "run folder: test.jsonl, metrics.json, the run record"})
+    data_dir: Path = field(default_factory=runs.default_data_dir, metadata={
+        "help": "shared data folder (captions/flickr8k, imageinwords): ../shared/data or BUNDLE_DATA_DIR"})
     triples: int = 2000  # test triples, balanced over FAMILIES (at least one each)
     seed: int = 0  # every draw: atoms, claims, rewrites, mutations, surfaces, order
     hard_share: float = 0.5  # share of each directional family's triples that are the mirrored-vs-flipped case
@@ -127,21 +127,6 @@ class Config:
             if not (self.data_dir / needed).exists():
                 raise ValueError(f"{self.data_dir} has no {needed}: point --data-dir at the shared data "
                                  f"(../shared/data or BUNDLE_DATA_DIR)")
-
-
-def parse_config(argv):
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter,
-                                     allow_abbrev=False)
-    parser.add_argument("--out", type=Path, required=True, help="run folder")
-    parser.add_argument("--data-dir", type=Path, default=runs.default_data_dir(), help="shared data folder")
-    parser.add_argument("--triples", type=int, default=Config.triples)
-    parser.add_argument("--seed", type=int, default=Config.seed)
-    parser.add_argument("--hard-share", type=float, default=Config.hard_share)
-    parser.add_argument("--min-word-count", type=int, default=Config.min_word_count)
-    try:
-        return Config(**vars(parser.parse_args(argv)))
-    except ValueError as error:
-        parser.error(str(error))
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -315,7 +300,7 @@ def family_counts(triples):
 
 
 def main(argv=None):
-    config = parse_config(argv)
+    config = runs.parse_config(Config, argv, __doc__, allow_abbrev=False)  # Config's ValueError: a usage error
     excluded = Lexicon.load(extra_words=TRAINING_EXTRA_WORDS).words
     with runs.RunRecord(config.out, config, "glyph.crosscheck"):
         source = atom_source(config.data_dir, excluded, config.min_word_count)

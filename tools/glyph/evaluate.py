@@ -17,7 +17,6 @@ on the surface while a paraphrase is rewritten). Ties count as losses.
 The out folder gets metrics.json (every row, per family), table.md and the run record.
 """
 
-import argparse
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -29,21 +28,16 @@ from tools.glyph.metrics import random_embedder, score_embeddings, score_jaccard
 
 @dataclass
 class Config:
-    corpus: Path  # folder of tools/glyph/corpus.py or crosscheck.py (test.jsonl)
-    out: Path  # run folder
-    encoder: list[str] = field(default_factory=list)  # NAME=SPEC or SPEC (tools/encoders.py kinds), one per row
+    corpus: Path = field(metadata={"help": "tools/glyph/corpus.py or crosscheck.py folder (test.jsonl)"})
+    out: Path = field(metadata={"help": "run folder"})
+    encoder: list[str] = field(default_factory=list, metadata={
+        "action": "extend", "help": "NAME=SPEC or SPEC (tools/encoders.py kinds), one per row; repeat for more rows"})
     retrieval_queries: int = 1000  # anchors used for MRR@10 (their paraphrases form the gallery)
     seed: int = 0  # the random-vector row
 
 
 def parse_config(argv):
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--corpus", type=Path, required=True, help="tools/glyph/corpus.py or crosscheck.py folder")
-    parser.add_argument("--out", type=Path, required=True, help="run folder")
-    parser.add_argument("--encoder", action="append", default=[], help="NAME=SPEC or SPEC; repeat for more rows")
-    parser.add_argument("--retrieval-queries", type=int, default=Config.retrieval_queries)
-    parser.add_argument("--seed", type=int, default=Config.seed)
-    config = Config(**vars(parser.parse_args(argv)))
+    config = runs.parse_config(Config, argv, __doc__)
     if config.retrieval_queries < 10:
         raise SystemExit("--retrieval-queries must be at least 10")
     return config

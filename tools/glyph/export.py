@@ -27,10 +27,9 @@ What it does:
        tools/glyph/card.md).
 """
 
-import argparse
 import shutil
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from importlib import metadata
 from pathlib import Path
 
@@ -52,11 +51,13 @@ FOLDER_FILES = ("config.json", "model.safetensors", "tokenizer.json", "tokenizer
 class Config:
     corpus: Path  # tools/glyph/corpus.py folder
     train: Path  # tools/glyph/train.py folder (final/ holds the sentence-transformers model)
-    eval: Path  # tools/glyph/evaluate.py run that scored the model (row MODEL) on test set (a), the corpus's
-    eval_b: Path  # the same on test set (b), a tools/glyph/crosscheck.py folder
+    eval: Path = field(metadata={"help": "tools/glyph/evaluate.py run that scored the model (row MODEL) on test set "
+                                         "(a), the corpus's"})
+    eval_b: Path = field(metadata={"help": "the same on test set (b), a tools/glyph/crosscheck.py folder"})
     out: Path  # run folder for this export's checks
-    to: Path | None = None  # the folder to build (default <out>/<its Hub folder's name>); make release copies it
-    #                         into the Hub folder
+    to: Path | None = field(default=None, metadata={
+        "help": "the folder to build (default: <out>/<its Hub folder's name>); make release copies it into the Hub "
+                "folder"})
     parity_strings: int = 300  # held-out test strings the GGUF file is checked on
     min_cosine: float = 0.999  # llama.cpp vs PyTorch, per string (the spec's bar)
     goal_win_rate: float = 0.90  # the goals the card measures the model against: the mutation win rate ...
@@ -64,16 +65,7 @@ class Config:
 
 
 def parse_config(argv):
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--corpus", type=Path, required=True)
-    parser.add_argument("--train", type=Path, required=True)
-    parser.add_argument("--eval", type=Path, required=True, help="evaluate.py run on the corpus (test set (a))")
-    parser.add_argument("--eval-b", type=Path, required=True, help="evaluate.py run on crosscheck.py's test set (b)")
-    parser.add_argument("--out", type=Path, required=True)
-    parser.add_argument("--to", type=Path, default=None, help="the folder to build (default: <out>/<Hub folder name>)")
-    parser.add_argument("--parity-strings", type=int, default=Config.parity_strings)
-    parser.add_argument("--min-cosine", type=float, default=Config.min_cosine)
-    config = Config(**vars(parser.parse_args(argv)))
+    config = runs.parse_config(Config, argv, __doc__)
     config.to = config.to or config.out / MODEL
     for path in (config.train / "final" / "model.safetensors", config.train / "metrics.json",
                  config.eval / "metrics.json", config.eval_b / "metrics.json", config.corpus / "metrics.json"):

@@ -29,7 +29,6 @@ llama.cpp's pooled MEAN averages the last hidden states over every token of a se
 does not normalise; llama_embed() L2-normalises, so it returns what sentence-transformers' encode() returns.
 """
 
-import argparse
 import json
 import sys
 from dataclasses import dataclass, field
@@ -38,6 +37,7 @@ from pathlib import Path
 import numpy as np
 
 from shared_modeling.encoding import truncate_keeping_last
+from tools import runs
 
 SPECIAL_IDS = {"bos": "<s>", "eos": "</s>", "sep": "</s>", "pad": "<pad>", "unk": "<unk>", "mask": "<mask>"}
 GELU = ("gelu", "gelu_new", "gelu_pytorch_tanh")  # llama.cpp's bert FFN is GELU (ggml_gelu, tanh form)
@@ -50,12 +50,15 @@ class NotRobertaError(ValueError):
 
 @dataclass
 class Config:
-    model: Path  # RobertaModel folder or sentence-transformers folder
-    out: Path  # the .gguf file to write
-    dtype: str = "f32"  # f32 | f16 (2-D weights only; norms, biases, position and type tables stay f32)
-    name: str | None = None  # general.name (default: the folder's name)
-    check: list[str] = field(default_factory=list)  # texts to tokenise and embed with PyTorch and llama.cpp
-    min_cosine: float = 0.9999  # --check fails below this cosine (f32 and f16 measure 1 - cos < 1e-6 on random weights)
+    model: Path = field(metadata={"help": "RobertaModel folder or sentence-transformers folder"})
+    out: Path = field(metadata={"help": "the .gguf file to write"})
+    dtype: str = field(default="f32", metadata={"choices": ("f32", "f16"), "help": (
+        "weight precision (f16: 2-D weights only; norms, biases, position and type tables stay f32)")})
+    name: str | None = field(default=None, metadata={"help": "general.name (default: the folder's name)"})
+    check: list[str] = field(default_factory=list, metadata={
+        "help": "texts to tokenise and embed with PyTorch and llama.cpp"})
+    min_cosine: float = field(default=0.9999, metadata={
+        "help": "--check fails below this cosine (f32 and f16 measure 1 - cos < 1e-6 on random weights)"})
 
 
 # ---- tensor names: HF RobertaModel -> llama.cpp bert (gguf.TENSOR_NAMES; src/models/bert.cpp load_arch_tensors) ----
@@ -415,14 +418,7 @@ def check_parity(model_dir, gguf_path, texts):
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--model", type=Path, required=True, help="RobertaModel or sentence-transformers folder")
-    parser.add_argument("--out", type=Path, required=True, help="the .gguf to write")
-    parser.add_argument("--dtype", choices=("f32", "f16"), default=Config.dtype, help="weight precision")
-    parser.add_argument("--name", default=None, help="general.name (default: the folder's name)")
-    parser.add_argument("--check", nargs="*", default=[], help="texts to embed with PyTorch and llama.cpp")
-    parser.add_argument("--min-cosine", type=float, default=Config.min_cosine, help="--check fails below this")
-    config = Config(**vars(parser.parse_args(argv)))
+    config = runs.parse_config(Config, argv, __doc__)
     try:
         path = export_gguf(config.model, config.out, config.dtype, config.name)
     except (ValueError, FileNotFoundError) as error:  # NotRobertaError is a ValueError

@@ -20,14 +20,13 @@ finished one is skipped. out/levers.json holds one row per lever (training minut
 family on each set), rewritten after each lever ("complete" once every lever named ran).
 """
 
-import argparse
 import shutil
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from tools import runs
-from tools.glyph.data import PRESETS
+from tools.glyph import data
 
 LEVERS = {  # name: (lever, what it changes against today's recipe, its corpus options)
     "recipe": ("recipe", "today's recipe: tools/glyph/corpus.py's defaults", []),
@@ -55,9 +54,12 @@ SETS = ("validation", "a", "b")
 
 @dataclass
 class Config:
-    out: Path  # the levers' folder: out/<lever>/{corpus,train,eval-<set>}, out/validation, out/crosscheck
-    only: list = field(default_factory=lambda: list(LEVERS))  # the levers to run
-    training_options: list = field(default_factory=list)  # passed to every training run
+    out: Path = field(metadata={
+        "help": "the levers' folder: out/<lever>/{corpus,train,eval-<set>}, out/validation, out/crosscheck"})
+    only: list[str] = field(default_factory=lambda: list(LEVERS), metadata={
+        "choices": list(LEVERS), "help": "the levers to run"})
+    # No flag: the options after the tool's own, passed to every training run
+    training_options: list[str] = field(init=False, default_factory=list)
 
 
 def set_row(evaluation, label):
@@ -69,12 +71,10 @@ def set_row(evaluation, label):
 
 
 def contrastive_steps(training_options):
-    """The contrastive steps the training options give: their --contrastive-steps, else their preset's."""
-    parser = argparse.ArgumentParser(add_help=False, allow_abbrev=False)
-    parser.add_argument("--preset", choices=sorted(PRESETS), default="cpu")
-    parser.add_argument("--contrastive-steps", type=int)
-    known, _ = parser.parse_known_args(training_options)
-    return known.contrastive_steps or PRESETS[known.preset]["contrastive_steps"]
+    """The contrastive steps of a training run with these options, as tools/glyph/train.py resolves them: their
+    --contrastive-steps, else their preset's (its --corpus and --out play no part)."""
+    options = ["--corpus", "-", "--out", "-", *training_options]
+    return runs.parse_config(data.Config, options, presets=data.PRESETS).contrastive_steps
 
 
 def lever_row(name, train, evaluations):
@@ -86,12 +86,7 @@ def lever_row(name, train, evaluations):
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter,
-                                     allow_abbrev=False)
-    parser.add_argument("--out", type=Path, required=True, help="the levers' folder")
-    parser.add_argument("--only", nargs="+", choices=list(LEVERS), default=list(LEVERS), help="the levers to run")
-    known, training_options = parser.parse_known_args(argv)
-    config = Config(**vars(known), training_options=training_options)
+    config = runs.parse_config(Config, argv, __doc__, pass_on="training_options", allow_abbrev=False)
     recipe = config.out / "recipe" / "corpus"
     with runs.RunRecord(config.out, config, "glyph.levers"):
         runs.run_tool("tools.glyph.corpus", "--out", recipe, *LEVERS["recipe"][2])

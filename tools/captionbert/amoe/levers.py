@@ -19,7 +19,6 @@ out/trunk/metrics.json, and out/levers.json holds the rows, rewritten after each
 named ran; export --levers puts their table on the card).
 """
 
-import argparse
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -70,8 +69,10 @@ class Config:
     out: Path  # run folder: one solo run per lever, trunk/, levers.json
     model: Path = registry.CAPTIONBERT.path  # the frozen trunk
     data_dir: Path = field(default_factory=runs.default_data_dir)
-    only: list[str] = field(default_factory=lambda: [*LEVERS, *COLLECTIVES])  # the levers to run (default all)
-    tasks: list[str] = field(default_factory=lambda: list(sts.TASKS))  # STS-8 tasks to score (fewer for quick trials)
+    only: list[str] = field(default_factory=lambda: [*LEVERS, *COLLECTIVES], metadata={
+        "choices": [*LEVERS, *COLLECTIVES], "help": "the levers to run (default all)"})
+    tasks: list[str] = field(default_factory=lambda: list(sts.TASKS), metadata={
+        "choices": sts.TASKS, "help": "STS-8 tasks to score (default all; fewer for quick trials)"})
     validation_rows: int = 0  # rows per validation set (0 = all; fewer for quick trials)
 
 
@@ -153,16 +154,7 @@ def collective_lever(config, name, trunk, done):
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--extract", type=Path, required=True)
-    parser.add_argument("--align", type=Path, required=True)
-    parser.add_argument("--out", type=Path, required=True)
-    parser.add_argument("--model", type=Path, default=Config.model)
-    parser.add_argument("--data-dir", type=Path, default=None)
-    parser.add_argument("--only", nargs="+", choices=[*LEVERS, *COLLECTIVES], default=None)
-    parser.add_argument("--tasks", nargs="+", choices=sts.TASKS, default=None)
-    parser.add_argument("--validation-rows", type=int, default=None)
-    config = Config(**{key: value for key, value in vars(parser.parse_args(argv)).items() if value is not None})
+    config = runs.parse_config(Config, argv, __doc__)
     if not (config.extract / "manifest.json").is_file():
         raise SystemExit(f"--extract {config.extract} is not a finished extraction (no manifest.json)")
     if not (config.align / "maps.safetensors").is_file():

@@ -13,7 +13,6 @@ bi-encoder teacher). An arm trained on them with CoSENT learns the teacher's ran
 (text1, text2, score) beside the run record and a summary of the score distribution in metrics.json.
 """
 
-import argparse
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -36,15 +35,7 @@ class Config:
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--extract", type=Path, required=True)
-    parser.add_argument("--out", type=Path, required=True)
-    parser.add_argument("--teacher", default=Config.teacher)
-    parser.add_argument("--anchors", type=int, default=Config.anchors)
-    parser.add_argument("--neighbours", type=int, default=Config.neighbours)
-    parser.add_argument("--max-words", type=int, default=Config.max_words)
-    parser.add_argument("--seed", type=int, default=Config.seed)
-    config = Config(**vars(parser.parse_args(argv)))
+    config = runs.parse_config(Config, argv, __doc__)
     if (config.out / "metrics.json").is_file():
         print(f"{config.out} is finished already; delete it to rebuild")
         return 0
