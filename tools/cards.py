@@ -25,11 +25,11 @@ signed number may be the difference of two), or a published value quoted from ..
 (usage examples) are not checked.
 """
 
-import argparse
 import importlib
 import json
 import re
 import sys
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -55,6 +55,14 @@ COMMANDS = {  # the README's commands table: what each does (its time comes from
                             "weights come from",
     "make setup": "run by the others: `.venv` and the pinned installs, llama-cpp-python compiled from source",
 }
+
+
+@dataclass
+class Config:
+    export: list[Path] = field(default_factory=list, metadata={
+        "action": "extend", "help": "an export run folder (repeatable): the card of the folder it built; default: the "
+                                    "three Hub folders from their releases' records"})
+    check: bool = field(default=False, metadata={"help": "compare only; exit 1 if a card is stale"})
 
 
 def export_pipeline(export_folder):
@@ -287,13 +295,8 @@ def write_cards(exports=None, check=False):
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--export", type=Path, action="append",
-                        help="an export run folder (repeatable): the card of the folder it built; default: the three "
-                             "Hub folders from their releases' records")
-    parser.add_argument("--check", action="store_true", help="compare only; exit 1 if a card is stale")
-    args = parser.parse_args(argv)
-    stale = write_cards(args.export, args.check)
+    config = runs.parse_config(Config, argv, __doc__)
+    stale = write_cards(config.export, config.check)
     if stale:
         print(f"stale (run make cards): {', '.join(stale)}")
         return 1

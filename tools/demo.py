@@ -30,7 +30,6 @@ trust_remote_code, plus SentenceTransformer and the arms on / off for captionber
 llama-cpp-python for glyph-embedder-v2's GGUF).
 """
 
-import argparse
 import hashlib
 import json
 import os
@@ -38,7 +37,7 @@ import shutil
 import subprocess
 import sys
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from tools import cards, publish, registry, runs
@@ -93,6 +92,25 @@ BUDGETS = {
                     glyph=("--mlm-steps", "200", "--contrastive-steps", "500"),
                     geolip=("--steps", "192")),
 }
+
+
+@dataclass
+class Config:
+    data_dir: Path = field(default_factory=runs.default_data_dir)  # the shared data (make demo's DATA_DIR)
+    budget: str = field(default="quick", metadata={
+        "choices": sorted(BUDGETS), "help": "quick: shorter training, weaker models (default); cpu: every tool's cpu "
+                                            "preset"})
+    force: bool = field(default=False, metadata={"help": "rebuild every step from scratch"})
+    adopt: list[str] = field(default_factory=list, metadata={
+        "action": "extend", "metavar": "STEP",
+        "help": "treat this step's folder as finished although its run record shows another command (built by hand "
+                "with the same settings); repeatable"})
+    model: list[str] = field(default_factory=list, metadata={
+        "action": "extend", "choices": list(registry.BY_FOLDER), "metavar": "FOLDER",
+        "help": "build only this model's steps, then load-check the folder it built "
+                f"(repeatable; one of {', '.join(registry.BY_FOLDER)}; default: all three)"})
+    # Last: below it, in the class body, the name hides the builtin list
+    list: bool = field(default=False, metadata={"help": "list the steps and their state; run nothing"})
 
 
 @dataclass
@@ -281,25 +299,13 @@ def build(steps, force=False, adopt=()):
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--data-dir", type=Path, default=runs.default_data_dir())
-    parser.add_argument("--budget", choices=sorted(BUDGETS), default="quick",
-                        help="quick: shorter training, weaker models (default); cpu: every tool's cpu preset")
-    parser.add_argument("--force", action="store_true", help="rebuild every step from scratch")
-    parser.add_argument("--list", action="store_true", help="list the steps and their state; run nothing")
-    parser.add_argument("--adopt", action="append", default=[], metavar="STEP",
-                        help="treat this step's folder as finished although its run record shows another command "
-                             "(built by hand with the same settings); repeatable")
-    parser.add_argument("--model", action="append", choices=list(registry.BY_FOLDER), metavar="FOLDER",
-                        help="build only this model's steps, then load-check the folder it built "
-                             f"(repeatable; one of {', '.join(registry.BY_FOLDER)}; default: all three)")
-    args = parser.parse_args(argv)
-    if not (args.data_dir / "sts").is_dir():
-        raise SystemExit(f"{args.data_dir} has no sts/: point --data-dir (DATA_DIR) at the shared data")
-    budget = BUDGETS[args.budget]
-    pipelines = [registry.BY_FOLDER[folder] for folder in args.model] if args.model else list(registry.PIPELINES)
-    steps = [step for step in demo_steps(args.data_dir, budget) if step.pipeline in pipelines]
-    if args.list:
+    config = runs.parse_config(Config, argv, __doc__)
+    if not (config.data_dir / "sts").is_dir():
+        raise SystemExit(f"{config.data_dir} has no sts/: point --data-dir (DATA_DIR) at the shared data")
+    budget = BUDGETS[config.budget]
+    pipelines = [registry.BY_FOLDER[folder] for folder in config.model] if config.model else list(registry.PIPELINES)
+    steps = [step for step in demo_steps(config.data_dir, budget) if step.pipeline in pipelines]
+    if config.list:
         for index, step in enumerate(steps, 1):
             state_path = runs.ROOT / step.out / STATE
             state = runs.read_json(state_path) if state_path.is_file() else {}
@@ -310,7 +316,7 @@ def main(argv=None):
         return 0
 
     started = time.perf_counter()
-    outcome = build(steps, args.force, args.adopt)
+    outcome = build(steps, config.force, config.adopt)
     minutes = {name: as_built for name, (as_built, _) in outcome.items()}
 
     print("\nreloading each built folder in a fresh process, the project not importable ...")

@@ -29,7 +29,6 @@ What it does; every folder is checked before anything goes up:
        file's sha256 in runs/publish/<timestamp>/publish.json.
 """
 
-import argparse
 import dataclasses
 import fnmatch
 import json
@@ -37,7 +36,7 @@ import shutil
 import sys
 import tempfile
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from importlib import metadata
 from pathlib import Path
 
@@ -58,28 +57,26 @@ KEPT_ON_THE_HUB = ".gitattributes"  # the Hub writes it into every new repo; it 
 
 @dataclass
 class Config:
-    repo_prefix: str  # the user or organisation the repos go under: <repo_prefix>/<folder name>
-    folders: list  # the Hub folders to publish (Paths); each one of the registry's Hub folders
-    dry_run: bool = False  # check and list only (also what happens without a token)
-    yes: bool = False  # upload without asking; a run without a terminal to ask on needs it
-    private: bool = False  # create missing repos as private (an existing repo keeps its visibility)
-    out: Path | None = None  # where the upload records itself; None: runs/publish/<timestamp>
+    repo_prefix: str = field(metadata={"help": "user or organisation: repos are <prefix>/<folder name>"})
+    folders: list[Path] = field(default_factory=lambda: [pipeline.path for pipeline in registry.PIPELINES], metadata={
+        "help": "the Hub folders to publish, each one of the registry's (default: all)"})  # resolved by parse_config
+    dry_run: bool = field(default=False, metadata={
+        "help": "check and list what would go up; upload nothing (also what happens without a token)"})
+    yes: bool = field(default=False, metadata={"help": "upload without asking (required without a terminal)"})
+    private: bool = field(default=False, metadata={
+        "help": "create missing repos as private (an existing repo keeps its visibility)"})
+    out: Path | None = field(default=None, metadata={
+        "help": "run folder for the upload's record (default runs/publish/<timestamp>)"})
+    token: str | None = field(default=None, repr=False, metadata={  # never recorded (see main)
+        "help": "a Hugging Face write token (default: HF_TOKEN, then `hf auth login`'s)"})
 
 
 def parse_config(argv):
-    """(Config, token or None)."""
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--repo-prefix", required=True, help="user or organisation: repos are <prefix>/<folder name>")
-    parser.add_argument("--folders", type=Path, nargs="+", default=[pipeline.path for pipeline in registry.PIPELINES])
-    parser.add_argument("--dry-run", action="store_true", help="check and list what would go up; upload nothing")
-    parser.add_argument("--private", action="store_true", help="create missing repos as private")
-    parser.add_argument("--yes", action="store_true", help="upload without asking (required without a terminal)")
-    parser.add_argument("--token", help="a Hugging Face write token (default: HF_TOKEN, then `hf auth login`'s)")
-    parser.add_argument("--out", type=Path, help="run folder for the upload's record (default runs/publish/<time>)")
-    args = parser.parse_args(argv)
-    token = args.token or huggingface_hub.get_token()
-    config = Config(repo_prefix=args.repo_prefix, folders=[folder.resolve() for folder in args.folders],
-                    dry_run=args.dry_run, yes=args.yes, private=args.private, out=args.out)
+    """The Config of the command line `argv`, its folders resolved, its token --token's or else the one
+    huggingface_hub finds (None without one)."""
+    config = runs.parse_config(Config, argv, __doc__)
+    config.folders = [folder.resolve() for folder in config.folders]
+    config.token = config.token or huggingface_hub.get_token()
     for folder in config.folders:
         if not folder.is_dir():
             raise SystemExit(f"{folder} is not a folder")
@@ -94,7 +91,7 @@ def parse_config(argv):
     names = [folder.name for folder in config.folders]
     if len(set(names)) < len(names):
         raise SystemExit(f"two folders would go to the same repo: {names}")
-    return config, token
+    return config
 
 
 def repo_id(config, folder):
@@ -261,8 +258,8 @@ def upload(api, repo, files, config, message):
 
 
 def main(argv=None):
-    config, token = parse_config(argv)
-    if token is None and not config.dry_run:
+    config = parse_config(argv)
+    if config.token is None and not config.dry_run:
         print("no Hugging Face token (--token, HF_TOKEN or `hf auth login`): dry run, nothing is uploaded")
         config.dry_run = True
     if not config.dry_run and constants.is_offline_mode():
@@ -286,7 +283,7 @@ def main(argv=None):
         print("dry run: nothing uploaded")
         return 0
 
-    api = HfApi(token=token)
+    api = HfApi(token=config.token)
     repos = ", ".join(repo_id(config, folder) for folder in plans)
     if not config.yes and input(f"upload to {api.endpoint}: {repos}? [y/N] ").strip().lower() not in ("y", "yes"):
         raise SystemExit("nothing uploaded")
@@ -294,8 +291,9 @@ def main(argv=None):
     message = "Publish from caption-bundle" + (f" {revision[:12]}" if revision else "") + (" (dirty)" if dirty else "")
     out = config.out or runs.timestamped(runs.ROOT / "runs", "publish")
     out.mkdir(parents=True, exist_ok=True)
-    # Not runs.RunRecord: its run.json keeps the command line, which may hold --token.
-    runs.write_json(out / "config.json", dataclasses.asdict(config))
+    # Not runs.RunRecord: its run.json keeps the command line, which may hold --token; nor the token itself.
+    runs.write_json(out / "config.json", {key: value for key, value in dataclasses.asdict(config).items()
+                                          if key != "token"})
     record = {"endpoint": api.endpoint, "git_commit": revision, "git_dirty": dirty,
               "versions": {**runs.library_versions(), "huggingface_hub": metadata.version("huggingface_hub")},
               "started": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "repos": []}

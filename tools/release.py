@@ -23,14 +23,23 @@ What it does, per model:
     6. prints each shipped binary with its size.
 """
 
-import argparse
 import fnmatch
 import shutil
 import sys
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from tools import cards, demo, registry, runs
+
+
+@dataclass
+class Config:
+    budget: str = field(metadata={"choices": sorted(demo.BUDGETS), "help": "the make demo budget to ship"})
+    model: list[str] = field(default_factory=list, metadata={
+        "action": "extend", "choices": list(registry.BY_FOLDER), "metavar": "FOLDER",
+        "help": f"release only this model (repeatable; one of {', '.join(registry.BY_FOLDER)})"})
+    force: bool = field(default=False, metadata={"help": "ship a build whose headline is below the shipped one"})
 
 
 def finished_export(pipeline, budget):
@@ -129,15 +138,10 @@ def release(pipeline, budget, force=False):
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--budget", choices=sorted(demo.BUDGETS), required=True, help="the make demo budget to ship")
-    parser.add_argument("--model", action="append", choices=list(registry.BY_FOLDER), metavar="FOLDER",
-                        help=f"release only this model (repeatable; one of {', '.join(registry.BY_FOLDER)})")
-    parser.add_argument("--force", action="store_true", help="ship a build whose headline is below the shipped one")
-    args = parser.parse_args(argv)
-    pipelines = [registry.BY_FOLDER[folder] for folder in args.model] if args.model else list(registry.PIPELINES)
+    config = runs.parse_config(Config, argv, __doc__)
+    pipelines = [registry.BY_FOLDER[folder] for folder in config.model] if config.model else list(registry.PIPELINES)
     for pipeline in pipelines:
-        release(pipeline, args.budget, args.force)
+        release(pipeline, config.budget, config.force)
     cards.README.write_text(cards.readme_sections(cards.README.read_text()))
     print(f"wrote {cards.README.name}'s generated tables; `git status` shows what to commit")
     return 0

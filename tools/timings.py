@@ -15,14 +15,19 @@ What each command records in runs/ (not in git), and what counts as complete:
 Each entry keeps the machine's core count: the README shows times on the cores they were measured on.
 """
 
-import argparse
 import sys
+from dataclasses import dataclass
 
 from tools import demo, registry, runs
 
 TIMINGS = runs.ROOT / "records" / "timings.json"
 SETUP = runs.ROOT / "runs" / "setup.json"
 TEST_SESSION = runs.ROOT / "runs" / "test" / "session.json"
+
+
+@dataclass
+class Config:
+    """No options: the command line takes --help alone."""
 
 
 def setup_entry():
@@ -68,8 +73,7 @@ def command(budget):
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.parse_args(argv)
+    runs.parse_config(Config, argv, __doc__)
     timings = runs.read_json(TIMINGS) if TIMINGS.is_file() else {}
     found = {"make setup": setup_entry(), "make test": test_entry(),
              **{command(budget): demo_entry(budget) for budget in demo.BUDGETS}}

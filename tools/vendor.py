@@ -9,9 +9,9 @@ Usage:
     python -m tools.vendor --check   # exit 1 and list the drift if any copy differs (make check-vendor)
 """
 
-import argparse
 import re
 import sys
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from tools import registry, runs
@@ -20,6 +20,11 @@ SOURCE = runs.ROOT / "shared_modeling"
 
 # at the start of a line, indented too: a module may import another lazily, inside a function
 RELATIVE_IMPORT = re.compile(r"^(?P<indent>[ \t]*)from \.(?P<module>\w+) import ", flags=re.MULTILINE)
+
+
+@dataclass
+class Config:
+    check: bool = field(default=False, metadata={"help": "only compare; exit 1 on drift"})
 
 
 def vendored_text(module):
@@ -63,14 +68,12 @@ def folder_drift(folder):
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--check", action="store_true", help="only compare; exit 1 on drift")
-    args = parser.parse_args(argv)
+    config = runs.parse_config(Config, argv, __doc__)
 
     folders = [pipeline.path for pipeline in registry.PIPELINES if pipeline.vendored]
     problems = [problem for folder in folders for problem in folder_drift(folder)]
     files = {path: text for folder in folders for path, text in expected_copies(folder).items()}
-    if args.check:
+    if config.check:
         if problems:
             print("vendored copies drifted from shared_modeling/ (run `make vendor`):", *problems, sep="\n  ")
             return 1

@@ -28,9 +28,9 @@ Usage:
         --glyph-texts 32 --geolip-texts 4 --batch-size 8                    # seconds: small shape, smoke test
 """
 
-import argparse
 import os
 import sys
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
@@ -38,7 +38,7 @@ import torch
 from tools import runs
 from tools.bench import (amoe_arms, backends, extraction, geolip_segments, glyph_gguf, long_input, throughput,
                          training_steps)
-from tools.bench.common import Config, build_setup
+from tools.bench.common import build_setup
 
 # The families, in the order a run measures them: name -> measure(config, setup) -> (rows, report part).
 FAMILIES = {"throughput": throughput.measure, "long_input": long_input.measure, "extraction": extraction.measure,
@@ -46,30 +46,39 @@ FAMILIES = {"throughput": throughput.measure, "long_input": long_input.measure, 
             "geolip": geolip_segments.measure, "backends": backends.measure}
 
 
+@dataclass
+class Config:
+    data_dir: Path = field(default=runs.default_data_dir(), metadata={
+        "help": "shared data folder (holds captions/flickr8k/Flickr8k.token.txt)"})
+    out: Path = field(default=runs.ROOT / "runs", metadata={
+        "help": "parent of bench/<timestamp>/, where the report goes"})
+    captions: int = field(default=256, metadata={
+        "help": "captions to sample (seeded) from Flickr8k for the throughput comparisons"})
+    batch_size: int = field(default=64, metadata={"help": "rows per batch, both models, both comparisons"})
+    repeats: int = field(default=5, metadata={
+        "help": "timed repeats per comparison after one warm-up (the median is reported)"})
+    long_tokens: int = field(default=8192, metadata={"help": "length of the single long input (long_input)"})
+    peak_size: int = field(default=2048, metadata={
+        "help": "side of the square matmul that measures the machine's peak (throughput)"})
+    tiny: bool = field(default=False, metadata={
+        "help": "small shape for both models (hidden 64, 2 layers, 2 heads, FFN 128): a smoke test in seconds"})
+    corpus_texts: int = field(default=1024, metadata={
+        "help": "texts sampled (seeded) from the default corpus (extraction, training)"})
+    train_steps: int = field(default=4, metadata={"help": "training steps per timed repeat (training)"})
+    arms: int = field(default=3, metadata={
+        "help": "arms of the second collective (amoe; the first has the shipped roster's size)"})
+    glyph_texts: int = field(default=1024, metadata={"help": "generated glyph strings embedded (glyph)"})
+    geolip_texts: int = field(default=16, metadata={"help": "long descriptions (geolip)"})
+    seed: int = field(default=0, metadata={"help": "caption sample, weights and the long input"})
+    only: list[str] = field(default_factory=list, metadata={
+        "choices": list(FAMILIES), "metavar": "FAMILY",
+        "help": f"run these families alone, e.g. --only amoe backends (default: all; one of {', '.join(FAMILIES)}; "
+                "they run in this order)"})
+
+
 def parse_config(argv):
     """The Config of the command line `argv` (sys.argv when None)."""
-    parser = argparse.ArgumentParser(prog="python -m tools.bench", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--data-dir", type=Path, default=Config.data_dir, help="shared data folder")
-    parser.add_argument("--out", type=Path, default=Config.out, help="parent of bench/<timestamp>/")
-    parser.add_argument("--captions", type=int, default=Config.captions, help="captions to sample")
-    parser.add_argument("--batch-size", type=int, default=Config.batch_size, help="rows per batch")
-    parser.add_argument("--repeats", type=int, default=Config.repeats, help="timed repeats per comparison")
-    parser.add_argument("--long-tokens", type=int, default=Config.long_tokens, help="length of the long input")
-    parser.add_argument("--peak-size", type=int, default=Config.peak_size, help="side of the peak matmul")
-    parser.add_argument("--tiny", action="store_true", help="small shape for both models (smoke tests)")
-    parser.add_argument("--corpus-texts", type=int, default=Config.corpus_texts,
-                        help="corpus sample (extraction, training)")
-    parser.add_argument("--train-steps", type=int, default=Config.train_steps, help="steps per repeat (training)")
-    parser.add_argument("--arms", type=int, default=Config.arms, help="arms of the second collective (amoe)")
-    parser.add_argument("--glyph-texts", type=int, default=Config.glyph_texts, help="glyph strings embedded (glyph)")
-    parser.add_argument("--geolip-texts", type=int, default=Config.geolip_texts, help="long texts (geolip)")
-    parser.add_argument("--seed", type=int, default=Config.seed, help="sample, weights and long input")
-    parser.add_argument("--only", nargs="+", choices=list(FAMILIES), default=Config.only, metavar="FAMILY",
-                        help=f"run these families alone, e.g. --only amoe backends (default: all; one of "
-                             f"{', '.join(FAMILIES)})")
-    args = parser.parse_args(argv)
-    return Config(**{**vars(args), "only": tuple(args.only)})
+    return runs.parse_config(Config, argv, __doc__, prog="python -m tools.bench")
 
 
 def opening_report(setup):

@@ -1,7 +1,7 @@
-"""What the benchmark's families share: the run's settings (Config), the caption sample and the two template models
-every family copies (Setup, build_setup), timing (timed, in_dtype, race), a table row (row), the model-FLOP count,
-the naive HF embedding pipeline the fast paths are raced against, the corpus sample, and random AMOE collectives of
-the shipped collective's size."""
+"""What the benchmark's families share: the caption sample and the two template models every family copies (Setup,
+built by build_setup from the run's settings, tools/bench/__main__.py's Config), timing (timed, in_dtype, race), a
+table row (row), the model-FLOP count, the naive HF embedding pipeline the fast paths are raced against, the corpus
+sample, and random AMOE collectives of the shipped collective's size."""
 
 import copy
 import json
@@ -20,7 +20,7 @@ from transformers import AutoConfig, AutoModel, AutoTokenizer, BertConfig, BertM
 from shared_modeling.amoe import Arm, Dispatch, save_arm, save_dispatch
 from shared_modeling.identity import trunk_hash
 from shared_modeling.pooling import l2_normalize, masked_mean_pool
-from tools import corpus, registry, runs, training
+from tools import corpus, registry, training
 
 CAPTIONBERT = registry.CAPTIONBERT.path
 CAPTIONS = Path("captions") / "flickr8k" / "Flickr8k.token.txt"
@@ -29,25 +29,6 @@ SHAPES = {
     False: dict(hidden_size=512, num_hidden_layers=12, num_attention_heads=8, intermediate_size=2048),
     True: dict(hidden_size=64, num_hidden_layers=2, num_attention_heads=2, intermediate_size=128),  # AMOE needs 64
 }
-
-
-@dataclass
-class Config:
-    data_dir: Path = runs.default_data_dir()  # holds captions/flickr8k/Flickr8k.token.txt
-    out: Path = runs.ROOT / "runs"  # the report goes to <out>/bench/<timestamp>/
-    captions: int = 256  # captions sampled (seeded) from Flickr8k for the throughput comparisons
-    batch_size: int = 64  # rows per batch, both models, both comparisons
-    repeats: int = 5  # timed repeats per comparison after one warm-up; the median is reported
-    long_tokens: int = 8192  # length of the single long input of long_input
-    peak_size: int = 2048  # side of the square matmul that measures the machine's peak (throughput)
-    tiny: bool = False  # hidden 64, 2 layers, 2 heads, FFN 128 for both models: a smoke test in seconds
-    corpus_texts: int = 1024  # texts sampled (seeded) from the default corpus for extraction and training
-    train_steps: int = 4  # training steps per timed repeat in training
-    arms: int = 3  # arms of amoe's second collective (the first has the shipped roster's size)
-    glyph_texts: int = 1024  # generated glyph strings embedded in glyph
-    geolip_texts: int = 16  # long descriptions of geolip
-    seed: int = 0  # caption sample, weights and the long input
-    only: tuple = ()  # the families to run, by name (tools/bench/__main__.py's FAMILIES, run in that order); all
 
 
 @dataclass
