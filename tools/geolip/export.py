@@ -33,6 +33,7 @@ from transformers import AutoConfig, AutoModel
 
 from tools import cards, encoders, registry, runs
 from tools.geolip.card import retrieval_table
+from tools.geolip.metrics import READERS, not_beaten
 from tools.geolip.data import split_texts, training_config
 
 # the rows the memory is measured against
@@ -86,6 +87,7 @@ def goals(evaluation, config):
     here: met is None)}}."""
     rows = evaluation["rows"]
     memory, window, whole = rows["memory"], rows["window"], rows.get("whole")
+    lost = not_beaten(memory, {name: rows[name] for name in READERS if name in rows})
     gap = {"value": None, "target": config.goal_gap_closed, "met": None}
     if whole is None:
         gap["why"] = "no whole-text row: the base reads no more than its window"
@@ -105,7 +107,8 @@ def goals(evaluation, config):
                                    "met": memory["m_acc"] > window["m_acc"]},
             "gap_closed": gap, "spliced_top1": spliced,
             "cosine_above_window": {"value": memory["mean_cosine"], "target": window["mean_cosine"],
-                                    "met": memory["mean_cosine"] > window["mean_cosine"]}}
+                                    "met": memory["mean_cosine"] > window["mean_cosine"]},
+            "beats_every_reader": {"value": len(lost), "target": 0, "met": not lost, "lost": lost}}
 
 
 def main(argv=None):
@@ -136,7 +139,8 @@ def main(argv=None):
                   "teacher_dim": model_config["teacher_dim"], "base_model_type": model_config["base_model_type"],
                   "base_pooling": model_config["base_pooling"], "weights_sha256": encoders.weights_hash(config.to),
                   "files_sha256": registry.GEOLIP.weights_sha256(config.to),
-                  "embedding_space": exported["embedding_space"], "goals": goals(evaluation, config)}
+                  "embedding_space": exported["embedding_space"], "embedding_space_covers_config": True,
+                  "goals": goals(evaluation, config)}
         train_run = runs.read_json(config.train / "run.json")
         export["train_wall_minutes"] = round(runs.elapsed_minutes(train_run["started"], train_run["finished"]), 1)
         runs.write_json(config.out / "metrics.json", export)

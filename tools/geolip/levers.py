@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from tools import runs
+from tools.geolip.metrics import MEASURES, READERS, not_beaten
 
 LEVERS = {  # name: (lever, what it changes against today's recipe, its training options)
     "recipe": ("recipe", "today's recipe: the cpu preset", []),
@@ -39,8 +40,6 @@ LEVERS = {  # name: (lever, what it changes against today's recipe, its training
                     ["--readout-anchors", "all"]),
 }
 TEACHER_CACHE = Path("runs/geolip-teacher/teacher.npy")
-READERS = ("window", "window_linear", "first_segment", "segment_mean", "blend")  # the no-training readers
-MEASURES = ("m_acc", "mean_cosine", "spliced_top1")
 
 
 @dataclass
@@ -73,8 +72,7 @@ def lever_row(name, steps, train, evaluation, readers):
     return {"name": name, "lever": lever, "change": change, "steps": steps,
             "training_minutes": train["training_minutes"], **{key: memory[key] for key in (*MEASURES, "mrr")},
             "gap_closed": gap,
-            "loses_to": [f"{label} on {key} ({memory[key]:.3f} vs {row[key]:.3f})" for label, row in readers.items()
-                         for key in MEASURES if None not in (memory[key], row[key]) and memory[key] <= row[key]]}
+            "loses_to": not_beaten(memory, readers)}
 
 
 def main(argv=None):

@@ -19,6 +19,15 @@ from tools.geolip.data import base_folder
 # on the whole text (when it reads more than the window) and the teacher itself.
 ROWS = ("memory", "window", "window_linear", "first_segment", "segment_mean", "blend", "whole", "teacher")
 BLEND_WEIGHTS = [i / 20 for i in range(21)]  # the window's weights fit_blend_weight tries
+READERS = ("window", "window_linear", "first_segment", "segment_mean", "blend")  # the rows no training reads
+MEASURES = ("m_acc", "mean_cosine", "spliced_top1")  # the measures the memory must beat every reader on
+
+
+def not_beaten(memory, readers):
+    """Where `memory` (a row) does not score above a reader: "<label> on <measure> (<memory> vs <reader>)" for every
+    reader row of `readers` ({label: row}) and measure both have."""
+    return [f"{label} on {key} ({memory[key]:.3f} vs {row[key]:.3f})" for label, row in readers.items()
+            for key in MEASURES if None not in (memory[key], row[key]) and memory[key] <= row[key]]
 
 
 def whole_window(config, base):
