@@ -293,9 +293,11 @@ class GeolipModel(TextEncoderMixin, GeolipPreTrainedModel):
 
     @property
     def embedding_space(self):
-        """The short id of the space this model embeds into (shared_identity.py): a hash of all its weights. Store it
-        with an index built from these embeddings, and query that index only with a model reporting the same id."""
-        return embedding_space(trunk_hash(self))
+        """The short id of the space this model embeds into (shared_identity.py): a hash of all its weights and of the
+        config fields that run them (an edit that keeps every shape, another window or segment size, is another
+        space). Store it with an index built from these embeddings, and query that index only with a model reporting
+        the same id."""
+        return embedding_space(trunk_hash(self), config=self.config)
 
 
 __all__ = ["GeolipModel", "GeolipOutput", "GeolipPreTrainedModel"]

@@ -127,7 +127,10 @@ def test_tiny_run_trains_evaluates_and_exports_a_loadable_folder(tmp_path, data_
     above = rows["memory"]["m_acc"] > rows["window"]["m_acc"]  # the ablation's memory against its own window row
     assert f"that memory's m_acc ({rows['memory']['m_acc']:.3f}) is {'still' if above else 'not'} above" in card
     assert_card_from_records(tmp_path / "export-ablation", folder)
-    assert export["embedding_space"] == AutoModel.from_pretrained(folder, trust_remote_code=True).embedding_space
+    loaded = AutoModel.from_pretrained(folder, trust_remote_code=True)
+    assert export["embedding_space"] == loaded.embedding_space and export["embedding_space_covers_config"]
+    loaded.config.segment_stride += 1  # every tensor keeps its shape: only the config says the space is another
+    assert loaded.embedding_space != export["embedding_space"]
     (tmp_path / "eval" / "metrics.json").write_text(json.dumps({**evaluation, "weights_sha256": "0" * 64}))
     with pytest.raises(SystemExit, match="other weights"):
         geolip_export.main(["--train", str(out), "--eval", str(tmp_path / "eval"), "--out", str(tmp_path / "x"),
