@@ -88,6 +88,7 @@ def test_tiny_run_trains_evaluates_and_exports_a_loadable_folder(tmp_path, data_
     rows = evaluation["rows"]
     assert rows["window"]["spliced_top1"] == rows["first_segment"]["spliced_top1"] == 1 / 10
     assert rows["window_linear"]["spliced_top1"] == 1 / 10
+    assert rows["memory_linear"] != rows["memory"]  # the same embeddings through another head
     assert rows["teacher"]["m_acc"] == rows["teacher"]["spliced_top1"] == 1
     # the folder as users load it scores what the run's last validation measured in its own process
     assert rows["memory"]["m_acc"] == pytest.approx(metrics["history"]["validation"][-1]["m_acc"], abs=1e-5)
@@ -229,10 +230,10 @@ def test_levers_train_and_evaluate_each_and_set_the_memory_against_every_no_trai
     _, _, argv = tiny_run(tmp_path, data_dir, flickr_captions=0, steps=2, batch_size=4, init_texts=8,
                           cv_target_texts=2, splice_groups=2, hard_negative_groups=0)
     options = [option for option in argv[argv.index("--data-dir"):]]  # every training option but --out
-    assert levers.main(["--out", str(tmp_path / "levers"), "--only", "recipe", "blend", "--teacher-cache",
+    assert levers.main(["--out", str(tmp_path / "levers"), "--only", "recipe", "window", "--teacher-cache",
                         str(tmp_path / "cache" / "teacher.npy"), *options]) == 0
     table = runs.read_json(tmp_path / "levers" / "levers.json")
-    assert table["complete"] and [row["name"] for row in table["rows"]] == ["recipe", "blend"]
+    assert table["complete"] and [row["name"] for row in table["rows"]] == ["recipe", "window"]
     assert sorted(table["readers"]) == ["blend (18)", "first_segment", "segment_mean (18)", "window", "window_linear"]
     for row in table["rows"]:
         evaluation = runs.read_json(tmp_path / "levers" / f"{row['name']}-eval" / "metrics.json")
@@ -240,6 +241,7 @@ def test_levers_train_and_evaluate_each_and_set_the_memory_against_every_no_trai
         assert row["m_acc"] == memory["m_acc"] and row["steps"] == 2
         lost = [label for label, reader in table["readers"].items() if memory["m_acc"] <= reader["m_acc"]]
         assert [entry.split(" on ")[0] for entry in row["loses_to"] if " on m_acc " in entry] == lost
+        assert row["linear"]["mean_cosine"] == evaluation["rows"]["memory_linear"]["mean_cosine"]
 
 
 def test_retrieval_measures_on_known_cases():
@@ -367,29 +369,19 @@ def test_texts_that_end_within_the_window_give_no_spliced_groups(held_out, capsy
     assert "0 held-out texts run past the 77-token window" in capsys.readouterr().out
 
 
-def test_the_window_linear_map_is_the_ridge_least_squares_fit_of_the_window_embeddings():
-    """window_linear_map recovers a linear relation that holds exactly between the window embeddings and the
-    targets (up to its small ridge), and otherwise solves the ridge normal equations: the residual's correlation with
-    the embeddings equals ridge x the map."""
+def test_the_ridge_map_is_the_ridge_least_squares_fit():
+    """ridge_map (the window_linear and memory_linear rows' map) recovers a linear relation that holds exactly between
+    the embeddings and the targets (up to its small ridge), and otherwise solves the ridge normal equations: the
+    residual's correlation with the embeddings equals ridge x the map."""
     generator = torch.Generator().manual_seed(0)
-    windows = torch.nn.functional.normalize(torch.randn(40, 6, generator=generator), dim=-1)
-
-    class Windows:  # what the map reads: the tokenizer, and the window embeddings of a batch of token ids
-        def tokenizer(self, texts, **options):
-            return {"input_ids": [[int(text)] for text in texts]}
-
-        def window_embedding(self, ids):
-            return windows[[row[0] for row in ids]]
-
-    texts = [str(i) for i in range(40)]
-    exact = torch.randn(6, 6, generator=generator)
-    targets = windows @ torch.linalg.qr(exact).Q  # unit rows: normalising changes nothing
-    torch.testing.assert_close(geolip_metrics.window_linear_map(Windows(), texts, targets, 7),
-                               torch.linalg.qr(exact).Q, atol=5e-3, rtol=0)
+    embeddings = torch.nn.functional.normalize(torch.randn(40, 6, generator=generator), dim=-1)
+    exact = torch.linalg.qr(torch.randn(6, 6, generator=generator)).Q
+    targets = embeddings @ exact  # unit rows: normalising changes nothing
+    torch.testing.assert_close(geolip_metrics.ridge_map(embeddings * 3, targets), exact, atol=5e-3, rtol=0)
     noisy = torch.randn(40, 9, generator=generator)
-    fitted = geolip_metrics.window_linear_map(Windows(), texts, noisy, 7)
-    residual = torch.nn.functional.normalize(noisy, dim=-1) - windows @ fitted
-    torch.testing.assert_close(windows.T @ residual, geolip_metrics.RIDGE * fitted, atol=1e-5, rtol=1e-4)
+    fitted = geolip_metrics.ridge_map(embeddings, noisy)
+    residual = torch.nn.functional.normalize(noisy, dim=-1) - embeddings @ fitted
+    torch.testing.assert_close(embeddings.T @ residual, geolip_metrics.RIDGE * fitted, atol=1e-5, rtol=1e-4)
 
 
 def test_spliced_top1_on_known_cases():

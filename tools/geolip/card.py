@@ -23,6 +23,7 @@ def row_name(name, evaluation):
         return (f"the best fixed blend of the window and the segment mean (unit vectors; the window's weight "
                 f"{weight:.2f}, fitted on training texts)")
     return {"memory": "**memory (this model)**",
+            "memory_linear": "memory, through a linear map fitted on every training text (not its trained projector)",
             "window": f"the base on its window ({evaluation['base_window']} tokens)",
             "window_linear": "the base on its window, through a linear map fitted on every training text",
             "first_segment": f"the base on its first segment ({evaluation['segment_size']} tokens)",

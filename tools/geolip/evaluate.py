@@ -7,6 +7,8 @@ The held-out texts, the spliced-tails groups, the teacher embeddings (the run's 
 fitted on are the training run's own (tools/geolip/train.py, rebuilt from its config.json). The model is loaded from
 final/ the way users load it (AutoModel, trust_remote_code). Rows (tools/geolip/metrics.ROWS):
   memory         the model's embedding through its trained teacher projector;
+  memory_linear  the same embeddings through a ridge least-squares linear map fitted on every training text, in place
+                 of the projector: the memory read the way window_linear reads the window;
   window         the frozen base on the text's own window (base_window tokens, CLIP's 77): the floor;
   window_linear  the same embeddings through a ridge least-squares linear map fitted on every training text
                  (not Procrustes): what a linear head on the window alone gives, with no memory;
@@ -18,8 +20,8 @@ final/ the way users load it (AutoModel, trust_remote_code). Rows (tools/geolip/
   whole          the frozen base reading as much of the text as it natively can (all-MiniLM-L6-v2: 256 tokens), a
                  ceiling that a CLIP base does not have (the row is absent then);
   teacher        the teacher's own embeddings, already in its space (the reference: 1 by construction);
-each other row but the memory and window_linear mapped into the teacher's space by its own orthogonal Procrustes map,
-fitted on the same training sample as the projector's initialisation. Measures, every held-out text querying the
+each other row but the memory and the two linear rows mapped into the teacher's space by its own orthogonal Procrustes
+map, fitted on the same training sample as the projector's initialisation. Measures, every held-out text querying the
 whole gallery of held-out teacher embeddings by cosine: top-1 accuracy (m_acc), recall@5, mean reciprocal rank, and
 the mean cosine to the text's own teacher embedding; and spliced-tails top-1: each spliced text retrieving its own
 teacher embedding among its group's k (texts that share their first base_window tokens; the window row scores 1 / k).
@@ -39,8 +41,8 @@ from transformers import AutoModel
 from shared_modeling.segments import covered_tokens, segment_spans
 from tools import encoders, runs
 from tools.geolip.data import cached_teacher_embeddings, spliced_tails, split_texts, teacher_cache, training_config
-from tools.geolip.metrics import (blend, fit_blend_weight, procrustes_maps, retrieval, row_embeddings, spliced_top1,
-                                  teacher_space, whole_window, window_linear_map)
+from tools.geolip.metrics import (blend, fit_blend_weight, procrustes_maps, retrieval, row_embeddings, ridge_map,
+                                  spliced_top1, teacher_space, whole_window)
 
 
 @dataclass
@@ -80,7 +82,9 @@ def main(argv=None):
         weight, _ = fit_blend_weight(fitted, train_targets[sample])  # on training texts, as every map
         fitted["blend"] = blend(fitted["window"], fitted["segment_mean"], weight)
         maps = procrustes_maps(fitted, train_targets[sample])
-        maps["window_linear"] = window_linear_map(model, training, train_targets, trained.batch_size)
+        every = row_embeddings(model, training, trained.batch_size)
+        maps["window_linear"], maps["memory_linear"] = (ridge_map(every[name], train_targets)
+                                                        for name in ("window", "memory"))
         queries = teacher_space(model, maps, row_embeddings(model, validation, trained.batch_size, whole, weight),
                                 validation_targets)
         spliced = (teacher_space(model, maps, row_embeddings(model, splice, trained.batch_size, whole, weight),

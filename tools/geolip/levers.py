@@ -12,7 +12,8 @@ out/<name>-eval; every run shares one teacher cache (--teacher-cache, default ru
 demo's), and each count of hard-negative groups has its own part beside it. Options after the tool's own go to every
 training run. out/levers.json holds one row per lever (its training minutes, the memory's measures, the share of the
 window-to-whole gap it closes, and every no-training reader it does not beat: the window, window_linear, the first
-segment, and the segment mean and the blend of every segment size the levers used), rewritten after each lever
+segment, and the segment mean and the blend of every segment size the levers used; the same for the memory through a
+ridge map fitted like window_linear's in place of its projector: linear, linear_loses_to), rewritten after each lever
 ("complete" once every lever named ran).
 """
 
@@ -24,18 +25,15 @@ from tools import runs
 from tools.geolip.metrics import MEASURES, READERS, not_beaten
 
 LEVERS = {  # name: (lever, what it changes against today's recipe, its training options)
-    "recipe": ("recipe", "today's recipe: the cpu preset", []),
-    "blend": ("1 start", "starts from the best fixed blend of window and segment mean", ["--start", "blend"]),
+    "recipe": ("recipe", "today's recipe: the cpu preset (it starts from the best fixed blend)", []),
+    "window": ("1 start", "starts from the window, the recipe before issue 41 (from the blend)", ["--start", "window"]),
     "seg55": ("2 segments", "55-token segments every 43, twice the steps (a step costs about half)",
               ["--segment-size", "55", "--segment-stride", "43", "--steps", "640"]),
     "cosine0.6": ("3 loss", "the cosine term x .6 (x .3)", ["--cosine-weight", "0.6"]),
+    "cosine1.0": ("3 loss", "the cosine term x 1.0 (x .3)", ["--cosine-weight", "1.0"]),
     "groups3": ("3 loss", "three spliced groups in every batch of 32 (one): InfoNCE mostly among texts that share "
                 "their window", ["--groups-per-batch", "3"]),
     "hard300": ("4 hard negatives", "300 hard-negative groups (100)", ["--hard-negative-groups", "300"]),
-    "blend+cosine0.6": ("1 start + 3 loss", "starts from the blend, the cosine term x .6 (x .3)",
-                        ["--start", "blend", "--cosine-weight", "0.6"]),
-    "blend+cosine1.0": ("1 start + 3 loss", "starts from the blend, the cosine term x 1.0 (x .3)",
-                        ["--start", "blend", "--cosine-weight", "1.0"]),
     "readout-all": ("5 readout", "the readout attends to every segment's own base embedding (those past the window)",
                     ["--readout-anchors", "all"]),
 }
@@ -72,7 +70,10 @@ def lever_row(name, steps, train, evaluation, readers):
     return {"name": name, "lever": lever, "change": change, "steps": steps,
             "training_minutes": train["training_minutes"], **{key: memory[key] for key in (*MEASURES, "mrr")},
             "gap_closed": gap,
-            "loses_to": not_beaten(memory, readers)}
+            "loses_to": not_beaten(memory, readers),
+            # the memory through a ridge map fitted like window_linear's, in place of its trained projector
+            "linear": {key: rows["memory_linear"][key] for key in MEASURES} if "memory_linear" in rows else None,
+            "linear_loses_to": not_beaten(rows["memory_linear"], readers) if "memory_linear" in rows else None}
 
 
 def main(argv=None):
@@ -99,6 +100,9 @@ def main(argv=None):
         spliced = "n/a" if row["spliced_top1"] is None else f"{row['spliced_top1']:.3f}"
         print(f"{row['name']:>15}: m_acc {row['m_acc']:.3f}, cosine {row['mean_cosine']:.3f}, spliced {spliced}, "
               f"{row['training_minutes']:.1f} min; does not beat: {'; '.join(row['loses_to']) or 'none'}")
+        if row["linear"] is not None:
+            print(f"{'through a ridge map':>15}: m_acc {row['linear']['m_acc']:.3f}, cosine "
+                  f"{row['linear']['mean_cosine']:.3f}; does not beat: {'; '.join(row['linear_loses_to']) or 'none'}")
     return 0
 
 

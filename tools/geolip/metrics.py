@@ -14,10 +14,12 @@ from tools import runs
 from tools.geolip.data import base_folder
 
 
-# The model, the base on its window (mapped by Procrustes, and by a least-squares linear map fitted on every training
-# text), on its first segment, the mean of its segments, the best fixed blend of the window and that mean, the base
-# on the whole text (when it reads more than the window) and the teacher itself.
-ROWS = ("memory", "window", "window_linear", "first_segment", "segment_mean", "blend", "whole", "teacher")
+# The model (through its trained projector, and through a least-squares linear map fitted on every training text), the
+# base on its window (mapped by Procrustes, and by the same kind of linear map), on its first segment, the mean of its
+# segments, the best fixed blend of the window and that mean, the base on the whole text (when it reads more than the
+# window) and the teacher itself.
+ROWS = ("memory", "memory_linear", "window", "window_linear", "first_segment", "segment_mean", "blend", "whole",
+        "teacher")
 BLEND_WEIGHTS = [i / 20 for i in range(21)]  # the window's weights fit_blend_weight tries
 READERS = ("window", "window_linear", "first_segment", "segment_mean", "blend")  # the rows no training reads
 MEASURES = ("m_acc", "mean_cosine", "spliced_top1")  # the measures the memory must beat every reader on
@@ -48,10 +50,10 @@ def blend(window, segment_mean, weight):
 
 
 def row_embeddings(model, texts, batch_size, whole=None, blend_weight=None):
-    """{row: (N, D)} of `texts` in the base's space, without autograd: memory (the model, before its projector),
-    window (and window_linear, the same embeddings: only their map differs), first_segment, segment_mean, blend (with
-    the window's weight blend_weight) unless blend_weight is None, and whole (the base on each text's first `whole`
-    tokens) unless whole is None."""
+    """{row: (N, D)} of `texts` in the base's space, without autograd: memory (the model, before its projector; and
+    memory_linear, the same embeddings), window (and window_linear, the same embeddings: only their maps differ),
+    first_segment, segment_mean, blend (with the window's weight blend_weight) unless blend_weight is None, and whole
+    (the base on each text's first `whole` tokens) unless whole is None."""
     content_ids = model.content_ids(texts)
     rows = {name: [] for name in ("memory", "window", "first_segment", "segment_mean")}
     with torch.no_grad():
@@ -71,7 +73,7 @@ def row_embeddings(model, texts, batch_size, whole=None, blend_weight=None):
     rows = {name: torch.cat(chunks) for name, chunks in rows.items()}
     if blend_weight is not None:
         rows["blend"] = blend(rows["window"], rows["segment_mean"], blend_weight)
-    return {**rows, "window_linear": rows["window"]}
+    return {**rows, "memory_linear": rows["memory"], "window_linear": rows["window"]}
 
 
 def fit_blend_weight(rows, targets):
@@ -88,24 +90,20 @@ def fit_blend_weight(rows, targets):
     return best, scores[best]
 
 
-RIDGE = 1e-2  # window_linear_map's ridge: all-MiniLM-L6-v2's window embeddings are rank-deficient (condition number
-#               ~1e17 over the training texts), so plain least squares amplifies rounding noise: its m_acc moved from
-#               .900 to .744 between two runs whose embeddings differed by float32 rounding; with this ridge both
-#               give .900 (.001 and .01 measure the same, 1.0 lowers m_acc to .848)
+RIDGE = 1e-2  # ridge_map's: all-MiniLM-L6-v2's window embeddings are rank-deficient (condition number ~1e17 over the
+#               training texts), so plain least squares amplifies rounding noise: window_linear's m_acc moved from .900
+#               to .744 between two runs whose embeddings differed by float32 rounding; with this ridge both give .900
+#               (.001 and .01 measure the same, 1.0 lowers m_acc to .848)
 
 
-def window_linear_map(model, texts, targets, batch_size, ridge=RIDGE):
-    """(D, D'): the ridge least-squares linear map from the base's window embeddings of `texts` (every training text)
-    onto their teacher embeddings `targets`, both L2-normalised, solved in float64: the most a linear head on the
-    window alone gives, with no memory (the window_linear row; the memory must beat it to be worth more than such a
-    head)."""
-    content_ids = model.tokenizer(texts, add_special_tokens=False, verbose=False)["input_ids"]  # the window cuts them
-    with torch.no_grad():
-        windows = torch.cat([model.window_embedding(content_ids[start:start + batch_size])
-                             for start in range(0, len(texts), batch_size)])
-    windows, targets = F.normalize(windows.double(), dim=-1), F.normalize(targets.double(), dim=-1)
-    gram = windows.T @ windows + ridge * torch.eye(windows.shape[1], dtype=torch.float64)
-    return torch.linalg.solve(gram, windows.T @ targets).float()
+def ridge_map(embeddings, targets, ridge=RIDGE):
+    """(D, D'): the ridge least-squares linear map from `embeddings` (N, D) onto the teacher embeddings `targets`
+    (N, D') of the same texts, both L2-normalised, solved in float64. On the window embeddings of every training text
+    it is the window_linear row's map, the most a linear head on the window alone gives (the memory must beat it to be
+    worth more than such a head); on the memory's, the memory_linear row's, the memory read the same way."""
+    embeddings, targets = F.normalize(embeddings.double(), dim=-1), F.normalize(targets.double(), dim=-1)
+    gram = embeddings.T @ embeddings + ridge * torch.eye(embeddings.shape[1], dtype=torch.float64)
+    return torch.linalg.solve(gram, embeddings.T @ targets).float()
 
 
 def procrustes_maps(rows, targets):
@@ -117,9 +115,9 @@ def procrustes_maps(rows, targets):
 
 def teacher_space(model, maps, rows, targets):
     """{row: (N, D')} in ROWS order: the rows (row_embeddings) in the teacher's space, the memory through its trained
-    projector, every other row through its own map (procrustes_maps; window_linear_map), and the teacher row, the
-    teacher's own embeddings `targets` of the same texts (already there: a map fitted on fewer texts than its width
-    would not be the identity)."""
+    projector, every other row through its own map (procrustes_maps; ridge_map for memory_linear and window_linear),
+    and the teacher row, the teacher's own embeddings `targets` of the same texts (already there: a map fitted on fewer
+    texts than its width would not be the identity)."""
     with torch.no_grad():
         mapped = {name: model.projector(embeddings) if name == "memory" else embeddings @ maps[name]
                   for name, embeddings in rows.items()}
