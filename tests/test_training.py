@@ -12,7 +12,7 @@ from helpers import plant_code, torchrun
 from tools import training
 from tools.geolip import train as geolip_train
 from tools.glyph import train as glyph_train
-from tools.training import batch_at, run_stage
+from tools.training import Batches, epoch_batches, run_stage
 from toy_training import Interrupted, LoopConfig, train
 
 
@@ -101,10 +101,32 @@ def test_a_checkpoint_that_would_run_code_is_refused(tmp_path):
 
 
 def test_batches_depend_only_on_seed_and_step():
-    epoch = [batch_at(step, 23, 5, seed=7) for step in range(4)]  # 4 batches of 5 per epoch; 3 examples dropped
+    batches = Batches(23, 5, seed=7)
+    epoch = [batches.at(step) for step in range(4)]  # 4 batches of 5 per epoch; 3 examples dropped
     assert len(set(np.concatenate(epoch).tolist())) == 20
-    assert np.array_equal(batch_at(5, 23, 5, seed=7), batch_at(5, 23, 5, seed=7))
-    assert not np.array_equal(batch_at(4, 23, 5, seed=7), epoch[0])  # a new epoch, a new shuffle
+    assert np.array_equal(batches.at(5), Batches(23, 5, seed=7).at(5))  # a fresh sampler: a resumed run
+    assert not np.array_equal(batches.at(4), epoch[0])  # a new epoch, a new shuffle
+    assert np.array_equal(batches.at(2), epoch[2]) and batches.epochs(6) == 1.5  # going back restarts from epoch 0
+    with pytest.raises(ValueError, match="3 examples cannot fill one batch of 5"):
+        Batches(3, 5, seed=7)
+
+
+def test_length_grouped_batches_pad_less_cap_rows_times_longest_and_epochs_chain():
+    lengths = np.random.default_rng(0).integers(5, 200, size=7000)
+    grouped, shuffled = epoch_batches(7000, 32, 1, 0, lengths), epoch_batches(7000, 32, 1, 0)
+    padded = [sum(len(b) * lengths[b].max() - lengths[b].sum() for b in batches) for batches in (grouped, shuffled)]
+    assert padded[0] < padded[1] / 10  # similar lengths in a batch: little padding
+    assert len(grouped) == len(shuffled) == 7000 // 32  # a group holds 64 whole batches: the last one drops the tail
+    assert len({int(i) for b in grouped for i in b}) == 32 * len(grouped)  # no row twice in an epoch
+    assert {int(i) for b in grouped[:3] for i in b} != {int(i) for b in shuffled[:3] for i in b}
+    capped = epoch_batches(7000, 32, 1, 0, lengths, max_batch_tokens=1000)
+    assert all(1 <= len(b) <= 32 and len(b) * lengths[b].max() <= 1000 for b in capped)
+    assert any(len(b) < 32 for b in capped) and any(len(b) == 32 for b in capped)
+    batches = Batches(7000, 32, 1, lengths, max_batch_tokens=1000)
+    sizes = [len(epoch_batches(7000, 32, 1, epoch, lengths, 1000)) for epoch in range(3)]
+    assert len(set(sizes)) > 1  # with a cap, epochs differ in length
+    assert np.array_equal(batches.at(sizes[0] + 2), epoch_batches(7000, 32, 1, 1, lengths, 1000)[2])
+    assert np.array_equal(batches.at(3), capped[3]) and batches.epochs(sizes[0] + sizes[1]) == 2.0
 
 
 @pytest.mark.parametrize("native", [True, False])

@@ -15,7 +15,7 @@ from torch import nn
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repository, when torchrun runs this file
 from tools import runs  # noqa: E402
-from tools.training import accelerator_for, batch_at, gathered, run_stage  # noqa: E402
+from tools.training import Batches, accelerator_for, gathered, run_stage  # noqa: E402
 
 
 @dataclass
@@ -43,11 +43,12 @@ def train(out, steps=6, stop_at=None, batch_size=5, noise=True, contrastive=Fals
     model[0].requires_grad_(False)
     frozen = model[0].weight.clone()
     inputs, targets = torch.randn(40, 4), torch.randn(40, 3)
+    batches = Batches(len(inputs), batch_size, seed=1)
 
     def loss_at(step, share):
         if step == stop_at:
             raise Interrupted
-        rows = share.of(batch_at(step, len(inputs), batch_size, seed=1))
+        rows = share.of(batches.at(step))
         outputs = model(inputs[rows]) + (torch.randn(len(rows), 3) * 0.01 if noise else 0)
         outputs, wanted = gathered(outputs), gathered(targets[rows])  # every process's rows
         terms = {"loss": (outputs - wanted).pow(2).mean()}

@@ -10,9 +10,10 @@ weights as an uninterrupted run. Every trainer but the arms' (float32, as the AM
 auto | bf16 | fp32 (resolve_precision: auto is bf16 only where the hardware computes it).
 
 A tool's config supplies: out (the run folder), weight_decay, log_every, validate_every, checkpoint_every, and
-warmup_fraction unless the tool gives its warm-up in steps. Batches come from `batch_at` (a fixed shuffle per (seed,
-epoch)) or any other function of the step alone, so a resumed run draws the same batches as an uninterrupted one;
-each process takes its Share of them, and a loss over `gathered` rows is the whole batch's loss.
+warmup_fraction unless the tool gives its warm-up in steps. Batches come from `Batches` (a fixed shuffle per (seed,
+epoch), grouped by length when given the lengths) or any other function of the step alone, so a resumed run draws the
+same batches as an uninterrupted one; each process takes its Share of them, and a loss over `gathered` rows is the
+whole batch's loss.
 """
 
 import functools
@@ -110,17 +111,60 @@ def adam(parameters, learning_rate, weight_decay=0.0):
     return torch.optim.AdamW(parameters, lr=learning_rate, weight_decay=weight_decay, fused=True)
 
 
-def epoch_order(count, batch_size, seed, epoch):
-    """The batches (index arrays) of one epoch: a shuffle that depends only on (seed, epoch); the tail is dropped.
-    Drawn again at every step that asks (one permutation of `count` indices, small beside a training step)."""
-    order = np.random.default_rng([seed, epoch]).permutation(count)
-    return [order[i:i + batch_size] for i in range(0, count - batch_size + 1, batch_size)]
+GROUP_BATCHES = 64  # batches per length-sorted group of a length-grouped epoch
 
 
-def batch_at(step, count, batch_size, seed):
-    """The indices (of `count` examples) of the batch at `step`."""
-    epoch, position = divmod(step, count // batch_size)
-    return epoch_order(count, batch_size, seed, epoch)[position]
+def epoch_batches(count, batch_size, seed, epoch, lengths=None, max_batch_tokens=None):
+    """One epoch's batches (index arrays of `count` examples), full batches only: a function of (seed, epoch) alone.
+    Without lengths, a shuffle cut into batches (the tail dropped). With lengths (one per example), grouped by length
+    as transformers' LengthGroupedSampler groups them: the shuffle is cut into groups of GROUP_BATCHES batches, each
+    group sorted by length and cut into batches (the tail of each dropped), and the batches shuffled, so a batch's
+    rows have similar lengths (little padding) while every batch is still a random draw. With max_batch_tokens a batch
+    is also full when one more row would make rows x longest row exceed it (epochs then differ in length)."""
+    rng = np.random.default_rng([seed, epoch])
+    order = rng.permutation(count)
+    if lengths is None:
+        return [order[i:i + batch_size] for i in range(0, count - batch_size + 1, batch_size)]
+    batches = []
+    for start in range(0, count, batch_size * GROUP_BATCHES):
+        members = order[start:start + batch_size * GROUP_BATCHES]
+        batch = []
+        for row in members[np.argsort(lengths[members], kind="stable")]:  # ascending: the newest row is the longest
+            if batch and max_batch_tokens is not None and (len(batch) + 1) * lengths[row] > max_batch_tokens:
+                batches.append(np.array(batch))
+                batch = []
+            batch.append(row)
+            if len(batch) == batch_size:
+                batches.append(np.array(batch))
+                batch = []
+    return [batches[i] for i in rng.permutation(len(batches))]
+
+
+class Batches:
+    """Every trainer's sampler: the batch at any step of a run, epochs of epoch_batches following one another. A
+    function of the step alone, so a resumed run draws the same batches as an uninterrupted one. Keeps the current
+    epoch's batches (drawn again when a step goes back)."""
+
+    def __init__(self, count, batch_size, seed, lengths=None, max_batch_tokens=None):
+        if count < batch_size:
+            raise ValueError(f"{count} examples cannot fill one batch of {batch_size}")
+        self.draw = functools.partial(epoch_batches, count, batch_size, seed, lengths=lengths,
+                                      max_batch_tokens=max_batch_tokens)
+        self.epoch, self.first_step, self.batches = 0, 0, self.draw(0)
+
+    def at(self, step):
+        """The indices of the batch at `step`."""
+        if step < self.first_step:
+            self.epoch, self.first_step, self.batches = 0, 0, self.draw(0)
+        while step >= self.first_step + len(self.batches):
+            self.epoch, self.first_step = self.epoch + 1, self.first_step + len(self.batches)
+            self.batches = self.draw(self.epoch)
+        return self.batches[step - self.first_step]
+
+    def epochs(self, step):
+        """Epochs done after `step` steps (fractional)."""
+        self.at(max(step - 1, 0))
+        return self.epoch + (step - self.first_step) / len(self.batches)
 
 
 def trained_state(model):

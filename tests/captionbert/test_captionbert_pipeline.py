@@ -18,7 +18,6 @@ from helpers import (TINY_CAPTIONBERT, assert_card_from_records, captionbert_cop
 from tools import corpus, encoders, publish, sts
 from tools.captionbert import align
 from tools.captionbert import evaluate
-from tools.captionbert import data as captionbert_data
 from tools.captionbert.data import write_shard
 from tools.captionbert.extract import Config, load_corpus
 
@@ -291,22 +290,6 @@ def test_distillation_from_weight_selection_records_its_init_and_trained_length(
     metrics = json.loads((scratch / "metrics.json").read_text())
     assert metrics["init"] == {"kind": "scratch"} and metrics["trained_length"] <= 32
     assert json.loads((scratch / "final" / "config.json").read_text())["trained_length"] == metrics["trained_length"]
-
-
-def test_token_budget_batches_cap_rows_times_longest_and_epochs_chain():
-    lengths = np.random.default_rng(0).integers(5, 200, size=700)
-    batches = captionbert_data.bucketed_batches(lengths, 32, seed=1, epoch=0, max_batch_tokens=1000)
-    assert all(2 <= len(b) <= 32 and len(b) * lengths[b].max() <= 1000 for b in batches)
-    assert len({int(i) for b in batches for i in b}) == sum(map(len, batches))  # no row twice in an epoch
-    assert any(len(b) < 32 for b in batches) and any(len(b) == 32 for b in batches)
-    again = captionbert_data.bucketed_batches(lengths, 32, seed=1, epoch=0, max_batch_tokens=1000)
-    assert all(np.array_equal(a, b) for a, b in zip(batches, again))
-    config = captionbert_data.Config(align=None, out=None, batch_size=32, seed=1, max_batch_tokens=1000)
-    epochs = captionbert_data.EpochBatches(lengths, config)
-    sizes = [len(captionbert_data.bucketed_batches(lengths, 32, 1, e, 1000)) for e in range(3)]
-    assert np.array_equal(epochs.at(sizes[0] + 2), captionbert_data.bucketed_batches(lengths, 32, 1, 1, 1000)[2])
-    assert np.array_equal(epochs.at(3), batches[3])  # going back restarts from epoch 0
-    assert epochs.epochs(sizes[0] + sizes[1]) == 2.0
 
 
 # ---- end to end -----------------------------------------------------------------------------------------------------

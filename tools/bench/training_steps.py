@@ -1,9 +1,9 @@
-"""Student training steps on bucketed batches of the corpus sample (extraction's: a seeded sample of tools/corpus.py's
-default corpus): the distillation's loss (tools/captionbert/data.distillation_terms) and the shared loop's optimiser
-step (bf16 autocast forward where the CPU computes bf16, else float32; InfoNCE + MSE, backward, fused Adam),
-captionbert vs BertModel of the same shape with the same pooling and head. Target >= 1.0x. Also the same captionbert
-step with torch's default CPU Adam (tensor by tensor, what the trainers ran before tools/training.adam). Reported.
-Every model trained here is this family's own copy, dropped when it returns.
+"""Student training steps on length-grouped batches of the corpus sample (extraction's: a seeded sample of
+tools/corpus.py's default corpus): the distillation's loss (tools/captionbert/data.distillation_terms) and the shared
+loop's optimiser step (bf16 autocast forward where the CPU computes bf16, else float32; InfoNCE + MSE, backward, fused
+Adam), captionbert vs BertModel of the same shape with the same pooling and head. Target >= 1.0x. Also the same
+captionbert step with torch's default CPU Adam (tensor by tensor, what the trainers ran before tools/training.adam).
+Reported. Every model trained here is this family's own copy, dropped when it returns.
 """
 
 import copy
@@ -45,14 +45,14 @@ def students(setup, seed):
 
 
 def measure(config, setup):
-    """(rows, report part). The rows: student training steps on bucketed batches of the corpus sample in
+    """(rows, report part). The rows: student training steps on length-grouped batches of the corpus sample in
     setup.precision, captionbert vs BertModel with the same pooling and head, and captionbert with fused vs torch's
     per-tensor Adam; the part: the seconds under seconds/training."""
     size, precision = config.batch_size, setup.precision
     _, mix_ids = corpus_sample(config, setup.tokenizer)
     train_config = captionbert_data.Config(align=Path("-"), out=Path("-"), precision=precision)
     lengths_array = np.array([len(ids) for ids in mix_ids])
-    train_batches = captionbert_data.bucketed_batches(lengths_array, size, config.seed, 0)[:config.train_steps]
+    train_batches = training.epoch_batches(len(lengths_array), size, config.seed, 0, lengths_array)[:config.train_steps]
     train_batches = [captionbert_data.collate(mix_ids, members, setup.tokenizer.pad_token_id)
                      for members in train_batches]
     models = students(setup, config.seed)

@@ -1,7 +1,7 @@
 """What a captionbert distillation reads and builds: its settings (Config, PRESETS; tools/captionbert/train.py parses
 them, bench times their training step), the teachers' embedding shards (written by tools/captionbert/extract.py and
-tools/captionbert/align.py), the aligned consensus the student distils, the length-bucketed batches it trains on (the
-batching is described in tools/captionbert/train.py's docstring) and the objective on one batch (distillation_terms).
+tools/captionbert/align.py), the aligned consensus the student distils, and the objective on one batch
+(distillation_terms). Its batches are tools/training.Batches grouped by length (tools/captionbert/train.py).
 """
 
 import os
@@ -16,7 +16,6 @@ from shared_modeling.losses import consensus_distillation
 from tools import corpus, registry, runs
 from tools.training import gathered
 
-GROUP_BATCHES = 64  # batches per length-sorted group of the bucketed shuffle
 CAPTIONBERT = registry.CAPTIONBERT.path
 INITS = ("scratch", "select", "static")
 
@@ -107,54 +106,6 @@ def load_consensus(align):
         targets.append(load_file(str(Path(align) / shard["file"]))["embeddings"])
     teachers = list(runs.read_json(Path(align) / "report.json")["teachers"])
     return texts, np.concatenate(targets), teachers
-
-
-def bucketed_batches(lengths, batch_size, seed, epoch, max_batch_tokens=None):
-    """One epoch of index batches (see the module docstring); full batches only. Depends on (seed, epoch) alone.
-    With max_batch_tokens, a batch is also full when one more row would make rows x longest row exceed it."""
-    rng = np.random.default_rng([seed, epoch])
-    order = rng.permutation(len(lengths))
-    group = batch_size * GROUP_BATCHES
-    batches = []
-    for start in range(0, len(order), group):
-        members = order[start:start + group]
-        members = members[np.argsort(lengths[members], kind="stable")]
-        batch = []
-        for row in members:  # ascending lengths, so the newest row is the longest
-            if batch and max_batch_tokens is not None and (len(batch) + 1) * lengths[row] > max_batch_tokens:
-                batches.append(np.array(batch))
-                batch = []
-            batch.append(row)
-            if len(batch) == batch_size:
-                batches.append(np.array(batch))
-                batch = []
-    return [batches[i] for i in rng.permutation(len(batches))]
-
-
-class EpochBatches:
-    """The batch of any step: epochs follow one another, each as long as its own bucketed shuffle (with a token cap,
-    epochs differ in their number of batches). Keeps the current epoch's batches."""
-
-    def __init__(self, lengths, config):
-        self.lengths, self.config = lengths, config
-        self.epoch, self.first_step, self.batches = 0, 0, self._of(0)
-
-    def _of(self, epoch):
-        return bucketed_batches(self.lengths, self.config.batch_size, self.config.seed, epoch,
-                                self.config.max_batch_tokens)
-
-    def at(self, step):
-        if step < self.first_step:
-            self.epoch, self.first_step, self.batches = 0, 0, self._of(0)
-        while step >= self.first_step + len(self.batches):
-            self.epoch, self.first_step = self.epoch + 1, self.first_step + len(self.batches)
-            self.batches = self._of(self.epoch)
-        return self.batches[step - self.first_step]
-
-    def epochs(self, step):
-        """Epochs done at `step` (fractional)."""
-        self.at(max(step - 1, 0))
-        return self.epoch + (step - self.first_step) / len(self.batches)
 
 
 def collate(token_ids, rows, pad_id):

@@ -19,10 +19,11 @@ Objective: symmetric InfoNCE (T = 0.07, in-batch negatives) of the student's 768
 row of the same text, plus mse_weight x per-sample MSE against it (shared_modeling/losses.py). Pure Adam, fused (no
 weight decay), linear warm-up then cosine decay, bf16 autocast for the forward pass where the hardware computes bf16
 (--precision auto: a GPU, or a CPU with AVX-512 BF16 or AMX; on a CPU without them bf16 is emulated, far slower
-than float32). Batches are "bucketed
-shuffles": the rows of each epoch are shuffled, cut into groups of 64 batches, sorted by length inside a group and
-cut into batches, and the batches shuffled, so a batch's texts have similar lengths (little padding) while every
-batch is still a random draw. The order depends only on (seed, epoch), which makes resumption exact.
+than float32). Batches are grouped by length (tools/training.Batches, the sampler every trainer shares): the rows
+of each epoch are shuffled, cut into groups of 64 batches, sorted by length inside a group and cut into batches, and
+the batches shuffled, so a batch's texts have similar lengths (little padding) while every batch is still a random
+draw; --max-batch-tokens caps rows x longest row. The order depends only on (seed, epoch), which makes resumption
+exact.
 
 The out folder gets: checkpoint-distill.pt (model, optimiser, schedule, RNG states, history; written atomically
 every checkpoint_every steps by the shared loop, tools/training.py), tensorboard/ events, metrics.json (history and
@@ -42,7 +43,7 @@ from transformers import AutoConfig, AutoModel, AutoTokenizer
 
 from tools import runs, training
 from tools.captionbert import teacher_init
-from tools.captionbert.data import (INITS, PRESETS, Config, EpochBatches, collate, distillation_terms,
+from tools.captionbert.data import (INITS, PRESETS, Config, collate, distillation_terms,
                                     load_consensus)
 from tools.plots import Panel, curve, plot_history
 
@@ -132,7 +133,7 @@ def main(argv=None):
     accelerator = training.accelerator_for(config.precision, config.gradient_accumulation_steps)
     device = accelerator.device
 
-    # Data: tokenise once; hold out validation rows; lengths drive the bucketed shuffle.
+    # Data: tokenise once; hold out validation rows; lengths group the batches.
     tokenizer = AutoTokenizer.from_pretrained(str(config.model), trust_remote_code=True)
     token_ids = tokenizer(texts, truncation=True, max_length=config.max_length)["input_ids"]
     order = np.random.default_rng(config.seed).permutation(len(texts))
@@ -140,7 +141,7 @@ def main(argv=None):
     if len(training_rows) < config.batch_size:
         raise SystemExit(f"{len(training_rows)} training rows cannot fill one batch of {config.batch_size}")
     lengths = np.array([len(token_ids[i]) for i in training_rows])
-    epochs = EpochBatches(lengths, config)
+    epochs = training.Batches(len(training_rows), config.batch_size, config.seed, lengths, config.max_batch_tokens)
     batches_per_epoch = len(epochs.batches)
     targets = torch.from_numpy(targets)
 

@@ -63,7 +63,7 @@ from tools.geolip.data import (PRESETS, Config, base_folder, build_model, split_
                                store_base_apart, teacher_embeddings, teacher_encode)
 from tools.geolip.metrics import fit_blend_weight, m_acc, mean_cosine, procrustes_maps, row_embeddings
 from tools.plots import Panel, curve, plot_history
-from tools.training import (STORAGE_DTYPES, accelerator_for, batch_at, gathered, process_device, resolve_precision,
+from tools.training import (STORAGE_DTYPES, Batches, accelerator_for, gathered, process_device, resolve_precision,
                             run_stage, save_stored)
 
 
@@ -231,9 +231,10 @@ def main(argv=None):
 
         per_batch = config.groups_per_batch if hard_groups else 0  # hard-negative groups in each batch
         random_rows = config.batch_size - per_batch * k  # 0: the batch is its groups alone
+        batches = Batches(len(training), random_rows, config.seed) if random_rows else None
 
         def batch(step):
-            rows = batch_at(step, len(training), random_rows, config.seed) if random_rows else []
+            rows = batches.at(step) if random_rows else []
             ids, teacher_rows = [train_ids[i] for i in rows], train_targets[rows]
             for group in range(step * per_batch, (step + 1) * per_batch):  # the step's groups of hard negatives
                 texts = slice(group % hard_groups * k, (group % hard_groups + 1) * k)

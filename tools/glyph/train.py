@@ -46,7 +46,7 @@ from tools.glyph.data import PRESETS, Config, model_config, read_triples
 from tools.glyph.grammar import INVERSE_PAIRS, MIRROR
 from tools.glyph.metrics import score_embeddings
 from tools.plots import Panel, curve, plot_history
-from tools.training import (STORAGE_DTYPES, accelerator_for, batch_at, gathered, process_device, resolve_precision,
+from tools.training import (STORAGE_DTYPES, Batches, accelerator_for, gathered, process_device, resolve_precision,
                             run_stage, save_stored)
 
 MIRROR_FLIPS = {f"{a}/{b}" for a, b in INVERSE_PAIRS if MIRROR.get(a) == b}  # mutation families: a⇒b -> a⇐b
@@ -108,8 +108,10 @@ def mlm_stage(config, accelerator, tokenizer, corpus_ids):
                                                return_tensors="pt")
     print(f"stage 1: MLM on {len(corpus_ids)} strings, {config.mlm_steps} steps of {config.mlm_batch_size}")
 
+    batches = Batches(len(corpus_ids), config.mlm_batch_size, config.seed)
+
     def mlm_loss(step, share):
-        rows = share.of(batch_at(step, len(corpus_ids), config.mlm_batch_size, config.seed))
+        rows = share.of(batches.at(step))
         batch = collator([{"input_ids": corpus_ids[i]} for i in rows])
         return {"loss": mlm(**{key: value.to(accelerator.device) for key, value in batch.items()}).loss}
 
@@ -181,8 +183,10 @@ def main(argv=None):
         print(f"stage 2: contrastive on {len(triples)} triples, {config.contrastive_steps} steps of "
               f"{config.contrastive_batch_size}; encoder {parameters:,} parameters")
 
+        batches = Batches(len(triples), config.contrastive_batch_size, config.seed)
+
         def contrastive_loss(step, share):
-            rows = share.of(batch_at(step, len(triples), config.contrastive_batch_size, config.seed))
+            rows = share.of(batches.at(step))
             anchors, positives, negatives = (gathered(embed(encoder, [triple_ids[key][i] for i in rows], tokenizer))
                                              for key in ("anchor", "positive", "negative"))  # the whole batch
             return {"loss": info_nce_with_hard_negatives(anchors, positives, negatives, config.temperature)}

@@ -170,22 +170,6 @@ def read_solo_run(folder, model, trunk_id):
 
 # ---- batches and losses ----------------------------------------------------------------------------------------------
 
-class Stream:
-    """Endless seeded batches of one PairSet: each epoch a fresh permutation, cut into batch_size rows."""
-
-    def __init__(self, data, batch_size, seed):
-        self.data, self.batch_size = data, min(batch_size, len(data))
-        self.rng = np.random.default_rng(seed)
-        self.order, self.position, self.epoch = self.rng.permutation(len(data)), 0, 0
-
-    def next_rows(self):
-        if self.position + self.batch_size > len(self.order):
-            self.order, self.position, self.epoch = self.rng.permutation(len(self.data)), 0, self.epoch + 1
-        rows = self.order[self.position:self.position + self.batch_size]
-        self.position += self.batch_size
-        return rows
-
-
 def embed(model, texts, max_length):
     """(len(texts), E) L2-normalised embeddings in one padded forward pass, with gradients."""
     token_ids = [truncate_keeping_last(ids, max_length) for ids in model.tokenizer(texts, verbose=False)["input_ids"]]
@@ -287,7 +271,9 @@ def train_dispatch(model, arms, streams, dispatch, config):
     for arm in arms.values():
         arm.requires_grad_(False).eval()
     named = [name for name in dispatch.roster if name in streams]
-    sources = {name: Stream(streams[name], config.batch_size, config.seed + k) for k, name in enumerate(named)}
+    sources = {name: training.Batches(len(streams[name]), min(config.batch_size, len(streams[name])), config.seed + k)
+               for k, name in enumerate(named)}
+    drawn = dict.fromkeys(named, 0)  # batches each stream gave
     weights = {name: 1.0 for name in named}
     rng = np.random.default_rng(config.seed)
     history, alarms, strikes = [], [], 0
@@ -297,7 +283,8 @@ def train_dispatch(model, arms, streams, dispatch, config):
         nonlocal strikes
         total = sum(weights.values())
         stream = named[rng.choice(len(named), p=[weights[n] / total for n in named])]
-        loss = batch_loss(model, streams[stream], share.of(sources[stream].next_rows()), config)
+        rows, drawn[stream] = sources[stream].at(drawn[stream]), drawn[stream] + 1
+        loss = batch_loss(model, streams[stream], share.of(rows), config)
         monitor.end_step()
         terms = {"loss": loss}
         if (step + 1) % config.alarm_every == 0 or step + 1 == config.steps:

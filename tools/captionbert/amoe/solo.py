@@ -77,8 +77,10 @@ def train_solo(config):
     with arms.attached(model, {name: arm}, dispatch):
         monitor = arms.RoutingMonitor(dispatch)
 
+        batches = training.Batches(len(data), batch_size, config.seed)
+
         def loss_at(step, share):
-            rows = share.of(training.batch_at(step, len(data), batch_size, config.seed))
+            rows = share.of(batches.at(step))
             loss = arms.batch_loss(model, data, rows, config, config.relational_weight, config.triples_loss)
             monitor.end_step()
             budget = monitor.summary()["amplitude_budget"]
