@@ -90,6 +90,35 @@ def test_tokenizer_round_trips_glyph_text_it_never_saw(corpus):
         assert tokenizer.decode(ids, skip_special_tokens=True) == text
 
 
+def test_a_spaces_apart_tokenizer_shares_every_token_but_the_spaces(corpus, tmp_path):
+    from tokenizers import Regex, pre_tokenizers
+
+    from tools.glyph.gguf import read_tokenizer
+    from tools.glyph.tokenizer import train_tokenizer
+
+    texts = (corpus / "corpus.txt").read_text().splitlines()
+    default, apart = (train_tokenizer(texts, 500, spaces_apart=flag) for flag in (False, True))
+    def holds_space(tokenizer):  # the tokens that decode to something with white space in it
+        return [token for token in tokenizer.get_vocab()
+                if any(ch.isspace() for ch in tokenizer.convert_tokens_to_string([token]))]
+
+    assert "Ġ" in holds_space(apart) and all(len(token) == 1 for token in holds_space(apart))  # one byte each
+    assert any(len(token) > 1 for token in holds_space(default))  # the default merges spaces
+
+    spaced = [text for text in texts if " " in text][:200] + ["a  ⇒\tb\n", "x∈red_car ⇒ ¬(fast ∧loud)"]
+    for text in spaced:
+        assert [t for t in apart.tokenize(text) if t not in "ĠĊĉ"] == apart.tokenize(re.sub(r"\s", "", text)), text
+    # The saved pre-tokeniser is GPT-2's (the GGUF export accepts it, llama.cpp's gpt-2 splits alike), and it
+    # tokenises as the space-isolating one the BPE was trained under
+    apart.save_pretrained(tmp_path)
+    read_tokenizer(tmp_path / "tokenizer.json", 500, "the spaces-apart tokenizer")  # the GGUF export's checks
+    backend = apart.backend_tokenizer
+    gpt2 = [encoding.tokens for encoding in backend.encode_batch(spaced)]
+    backend.pre_tokenizer = pre_tokenizers.Sequence([pre_tokenizers.Split(Regex(r"\s"), "isolated"),
+                                                     pre_tokenizers.ByteLevel(add_prefix_space=False)])
+    assert [encoding.tokens for encoding in backend.encode_batch(spaced)] == gpt2
+
+
 def test_real_size_model_has_the_published_parameter_count():
     from transformers import RobertaModel
 

@@ -8,6 +8,7 @@ Usage:
     python -m tools.glyph.corpus --out runs/x --decoy-share 0.5  # half: the mutation renames, not the paraphrase
     python -m tools.glyph.corpus --out runs/x --varied-share 0.5  # half: longer atoms, numbers, made-up names
     python -m tools.glyph.corpus --out runs/x --deep-share 0.25  # a quarter: chains of 5-8 atoms (depth 3-4)
+    python -m tools.glyph.corpus --out runs/x --spaces-apart  # a BPE whose tokens hold no white space
 
 The atom vocabulary (tools/glyph/words.txt plus common English words) is split by group into training and held-out
 words. Training triples (anchor, paraphrase, mutation) use training words only. Every atom of a test triple holds a
@@ -22,7 +23,8 @@ moves that share's rename from the paraphrase (then made of structural rewrites 
 changed atom word does not tell the paraphrase; --varied-share gives that share varied atoms (up to four words, a
 number part such as `layer_12`, a made-up code-like name such as `tobe3li`), so that the operators, not the atoms'
 surface, must tell the claims apart; --deep-share makes that share chains of five to eight atoms, deeper than the
-other claims. The test triples never change with any of them.
+other claims. The test triples never change with any of them. --spaces-apart trains a BPE that merges no white space
+into a token, so `a ⇒ b` and `a⇒b` share every token but the spaces (the triples do not change).
 
 The out folder gets: train.jsonl, validation.jsonl (training atoms, not in the corpus) and test.jsonl (one triple
 per line: anchor, positive, negative, rewrites, mutation), corpus.txt (every unique training string, one per line:
@@ -62,6 +64,7 @@ class Config:
     decoy_share: float = 0.0  # share of training and validation triples whose mutation renames, not the paraphrase
     varied_share: float = 0.0  # share of training and validation triples with varied atoms (generate.varied_atom)
     deep_share: float = 0.0  # share of training and validation triples whose claim chains 5-8 atoms (depth 3-4)
+    spaces_apart: bool = False  # the BPE merges no white space into a token (tools/glyph/tokenizer.py)
 
 
 def parse_config(argv):
@@ -131,7 +134,7 @@ def main(argv=None):
         corpus = sorted({text for t in train for text in (t.anchor, t.positive, t.negative)})
         (config.out / "corpus.txt").write_text("\n".join(corpus) + "\n")
 
-        tokenizer = train_tokenizer(corpus, config.vocab_size, config.max_length)
+        tokenizer = train_tokenizer(corpus, config.vocab_size, config.max_length, config.spaces_apart)
         tokenizer.save_pretrained(config.out / "tokenizer")
         operators = operator_token_counts(tokenizer)
         lengths = [len(ids) for ids in tokenizer(corpus)["input_ids"]]

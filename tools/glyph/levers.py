@@ -42,6 +42,8 @@ LEVERS = {  # name: (lever, what it changes against today's recipe, its corpus o
                  "part (`layer_12`, `v5`), a made-up code-like name (`tobe3li`)", ["--varied-share", "0.5"]),
     "deep25": ("depth", "a quarter of the training triples are chains of 5-8 atoms (binary depth 3-4; the others "
                "reach 3)", ["--deep-share", "0.25"]),
+    "spaces": ("4 tokenizer", "a BPE that merges no white space into a token: `a ⇒ b` and `a⇒b` share every token but "
+               "the spaces", ["--spaces-apart"]),
     "varied50-eqmin": ("2 atom diversity", "varied50 at the recipe's minutes: its longer strings cost more a step, so "
                        "it trains 0.73 of the contrastive steps", ["--varied-share", "0.5"]),
 }
