@@ -149,7 +149,7 @@ def main(argv=None):
             "mutations": {name: dict(Counter(t.mutation for t in rows).most_common())
                           for name, rows in (("train", train), ("test", test))},
             "direction_cases": {name: direction_cases(rows) for name, rows in (("train", train), ("test", test))},
-            "tokenizer": {"vocab_size": len(tokenizer), "max_tokens": max(lengths),
+            "tokenizer": {"vocab_size": len(tokenizer), "spaces_apart": config.spaces_apart, "max_tokens": max(lengths),
                           "mean_tokens": round(sum(lengths) / len(lengths), 2),
                           "single_token_operators": sum(count == 1 for count in operators.values()),
                           "operators": len(operators), "operator_token_counts": operators},
