@@ -24,9 +24,8 @@ def train_tokenizer(texts: Iterable[str], vocab_size: int = 6000, max_length: in
     token holds white space but the one-character ones."""
     gpt2 = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)
     backend = Tokenizer(models.BPE())
-    backend.pre_tokenizer = gpt2
-    if spaces_apart:
-        backend.pre_tokenizer = pre_tokenizers.Sequence([pre_tokenizers.Split(Regex(r"\s"), "isolated"), gpt2])
+    isolate_spaces = pre_tokenizers.Split(Regex(r"\s"), "isolated")
+    backend.pre_tokenizer = pre_tokenizers.Sequence([isolate_spaces, gpt2]) if spaces_apart else gpt2
     backend.decoder = decoders.ByteLevel()
     trainer = trainers.BpeTrainer(
         vocab_size=vocab_size,
